@@ -1,0 +1,124 @@
+/**
+ * Secrets at rest: store credentials and webhook secrets are sealed with AES-256-GCM under a key
+ * derived per purpose from the master `ENCRYPTION_KEY` (HKDF-SHA-256). A sealed value records
+ * the id of the master key that sealed it, so the master key can be rotated later, and is bound
+ * to its purpose and owner (additional data) so a value copied to another row does not open.
+ *
+ * Format: `v1.<keyId>.<base64url nonce>.<base64url ciphertext+tag>`.
+ */
+import { createHash } from "node:crypto";
+
+/** What a sealed value is for; each purpose has its own derived key. */
+export type SecretPurpose =
+  | "storea-private-key"
+  | "storeb-service-account"
+  | "webhook-secret"
+  | "canary";
+
+/** A value that could not be opened: wrong key, wrong owner, or tampered. */
+export class SecretError extends Error {
+  readonly code = "SECRET_UNREADABLE";
+  constructor(message: string) {
+    super(message);
+    this.name = "SecretError";
+  }
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Seals and opens secrets under one master key. */
+export class SecretBox {
+  /** A short, non-secret fingerprint of the master key. */
+  readonly keyId: string;
+  #master: Promise<CryptoKey>;
+  #derived = new Map<SecretPurpose, Promise<CryptoKey>>();
+
+  constructor(masterKey: Uint8Array) {
+    this.keyId = masterKeyId(masterKey);
+    this.#master = crypto.subtle.importKey("raw", toBuffer(masterKey), "HKDF", false, [
+      "deriveKey",
+    ]);
+  }
+
+  /** Seals `plaintext` for `purpose`, bound to `owner` (a tenant id, for instance). */
+  async seal(purpose: SecretPurpose, owner: string, plaintext: string): Promise<string> {
+    const key = await this.#keyFor(purpose);
+    const nonce = crypto.getRandomValues(new Uint8Array(12));
+    const sealed = await crypto.subtle.encrypt(
+      { name: "AES-GCM", iv: nonce, additionalData: encoder.encode(`${purpose}:${owner}`) },
+      key,
+      encoder.encode(plaintext),
+    );
+    return `v1.${this.keyId}.${base64url(nonce)}.${base64url(new Uint8Array(sealed))}`;
+  }
+
+  /** Opens a value sealed by {@linkcode SecretBox.seal} with the same purpose and owner. */
+  async open(purpose: SecretPurpose, owner: string, sealed: string): Promise<string> {
+    const parts = sealed.split(".");
+    if (parts.length !== 4 || parts[0] !== "v1") throw new SecretError("not a sealed value");
+    if (parts[1] !== this.keyId) {
+      throw new SecretError(`sealed with master key ${parts[1]}, not the configured ${this.keyId}`);
+    }
+    const key = await this.#keyFor(purpose);
+    try {
+      const plain = await crypto.subtle.decrypt(
+        {
+          name: "AES-GCM",
+          iv: toBuffer(fromBase64url(parts[2])),
+          additionalData: encoder.encode(`${purpose}:${owner}`),
+        },
+        key,
+        toBuffer(fromBase64url(parts[3])),
+      );
+      return decoder.decode(plain);
+    } catch {
+      throw new SecretError("the value does not open with the configured key");
+    }
+  }
+
+  #keyFor(purpose: SecretPurpose): Promise<CryptoKey> {
+    let key = this.#derived.get(purpose);
+    if (!key) {
+      key = this.#master.then((master) =>
+        crypto.subtle.deriveKey(
+          {
+            name: "HKDF",
+            hash: "SHA-256",
+            salt: encoder.encode("purchase-relay"),
+            info: encoder.encode(purpose),
+          },
+          master,
+          { name: "AES-GCM", length: 256 },
+          false,
+          ["encrypt", "decrypt"],
+        )
+      );
+      this.#derived.set(purpose, key);
+    }
+    return key;
+  }
+}
+
+/** The id recorded in sealed values: the first 8 hex digits of a hash of the master key. */
+export function masterKeyId(masterKey: Uint8Array): string {
+  return createHash("sha256").update("purchase-relay key id\0").update(masterKey).digest("hex")
+    .slice(0, 8);
+}
+
+/** Base64url without padding. */
+export function base64url(bytes: Uint8Array): string {
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+/** Decodes base64url (padding optional). */
+export function fromBase64url(text: string): Uint8Array {
+  const normalized = text.replaceAll("-", "+").replaceAll("_", "/");
+  return Uint8Array.from(atob(normalized), (c) => c.charCodeAt(0));
+}
+
+function toBuffer(bytes: Uint8Array): ArrayBuffer {
+  return bytes.slice().buffer as ArrayBuffer;
+}

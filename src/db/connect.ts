@@ -1,0 +1,169 @@
+/**
+ * Connects to the database: PostgreSQL when `DATABASE_URL` is set, otherwise the embedded engine
+ * in `DATA_DIR` (decisions.md 3). Both are reached through the same client, `npm:postgres`.
+ */
+import postgres from "postgres";
+import net from "node:net";
+import { join, resolve } from "node:path";
+import { type EmbeddedServer, SOCKET_NAME, startEmbeddedServer } from "./embedded.ts";
+
+/** The SQL client type used across the service. */
+export type Sql = postgres.Sql;
+
+/** An open database. */
+export interface Database {
+  sql: Sql;
+  engine: "postgresql" | "embedded";
+  close(): Promise<void>;
+}
+
+/** Options of {@linkcode connectDatabase}. */
+export interface ConnectOptions {
+  /** PostgreSQL URL, or `null` for the embedded engine. */
+  databaseUrl: string | null;
+  dataDir: string;
+  poolSize: number;
+  /** How long to wait for the database before failing. */
+  timeoutMs: number;
+  /**
+   * The service shares its embedded engine on `DATA_DIR`'s socket; a CLI that finds no service
+   * running opens the engine privately and releases it when done.
+   */
+  shareEmbedded: boolean;
+}
+
+/** A database that could not be reached within the wait. */
+export class DatabaseUnavailableError extends Error {
+  readonly code = "DATABASE_UNAVAILABLE";
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "DatabaseUnavailableError";
+  }
+}
+
+/** Opens the configured database and waits until it answers. */
+export async function connectDatabase(options: ConnectOptions): Promise<Database> {
+  if (options.databaseUrl !== null) return await connectPostgres(options.databaseUrl, options);
+  return await connectEmbedded(options);
+}
+
+async function connectPostgres(url: string, options: ConnectOptions): Promise<Database> {
+  const sql = postgres(url, {
+    max: options.poolSize,
+    connect_timeout: 5,
+    idle_timeout: 60,
+    onnotice: () => {},
+    connection: { application_name: "purchase-relay" },
+  });
+  const deadline = Date.now() + options.timeoutMs;
+  while (true) {
+    try {
+      await sql`SELECT 1`;
+      break;
+    } catch (error) {
+      if (Date.now() >= deadline) {
+        await sql.end({ timeout: 0 }).catch(() => {});
+        throw new DatabaseUnavailableError(
+          `PostgreSQL did not answer within ${options.timeoutMs} ms: ${describe(error)}`,
+          { cause: error },
+        );
+      }
+      await sleep(Math.min(500, Math.max(0, deadline - Date.now())));
+    }
+  }
+  return { sql, engine: "postgresql", close: () => sql.end({ timeout: 5 }) };
+}
+
+async function connectEmbedded(options: ConnectOptions): Promise<Database> {
+  const dataDir = resolve(options.dataDir);
+  await Deno.mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const sharedSocket = join(dataDir, SOCKET_NAME);
+  if (sharedSocket.length > 100) {
+    throw new DatabaseUnavailableError(
+      `DATA_DIR is too long for a Unix socket path (${sharedSocket.length} > 100 characters)`,
+    );
+  }
+  // The lock file is held by the one process that runs the engine on this data directory.
+  const lockFile = await Deno.open(join(dataDir, "pglite.lock"), { create: true, write: true });
+  const deadline = Date.now() + options.timeoutMs;
+  try {
+    while (true) {
+      if (await socketAnswers(sharedSocket)) {
+        lockFile.close();
+        return embeddedClient(dataDir, options.poolSize, async () => {});
+      }
+      if (await lockFile.tryLock(true)) break;
+      if (Date.now() >= deadline) {
+        throw new DatabaseUnavailableError(
+          `the embedded database in ${options.dataDir} is held by another process`,
+        );
+      }
+      await sleep(100);
+    }
+  } catch (error) {
+    lockFile.close();
+    throw error;
+  }
+
+  let server: EmbeddedServer;
+  let privateDir: string | null = null;
+  try {
+    if (!options.shareEmbedded) privateDir = await Deno.makeTempDir({ prefix: "purchase-relay-" });
+    server = await startEmbeddedServer(dataDir, privateDir ?? dataDir);
+  } catch (error) {
+    lockFile.close();
+    throw new DatabaseUnavailableError(
+      `the embedded database could not start: ${describe(error)}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  return embeddedClient(server.socketDir, options.poolSize, async () => {
+    await server.close();
+    if (privateDir) await Deno.remove(privateDir, { recursive: true }).catch(() => {});
+    await lockFile.unlock().catch(() => {});
+    lockFile.close();
+  });
+}
+
+function embeddedClient(socketDir: string, poolSize: number, stop: () => Promise<void>): Database {
+  const sql = postgres({
+    host: socketDir,
+    port: 5432,
+    user: "postgres",
+    database: "postgres",
+    max: poolSize,
+    // Connections share PGlite's one session, so statement names must not be reused.
+    prepare: false,
+    connect_timeout: 5,
+    onnotice: () => {},
+  });
+  return {
+    sql,
+    engine: "embedded",
+    async close() {
+      await sql.end({ timeout: 5 });
+      await stop();
+    },
+  };
+}
+
+function socketAnswers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(path);
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

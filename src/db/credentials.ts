@@ -1,0 +1,138 @@
+/** Store credentials of a tenant, sealed at rest (spec 5.7). */
+import type { Sql } from "./connect.ts";
+import type { SecretBox } from "../crypto/secrets.ts";
+
+/** Which store A environment a tenant's transactions are looked up in. */
+export type StoreaEnvironment = "auto" | "production" | "sandbox";
+
+/** Store A (App Store Server API) credentials. */
+export interface StoreaCredentials {
+  bundleId: string;
+  keyId: string;
+  issuerId: string;
+  /** PKCS#8 PEM of the EC P-256 signing key. */
+  privateKeyPem: string;
+  environment: StoreaEnvironment;
+  appId: number | null;
+}
+
+/** Store B (Play Developer API and push) credentials. */
+export interface StorebCredentials {
+  packageName: string;
+  clientEmail: string;
+  /** The service-account JSON file, as text. */
+  serviceAccountJson: string;
+  pushAudience: string;
+  pushServiceAccount: string | null;
+}
+
+/** A tenant's credentials; a store without them is null. */
+export interface TenantCredentials {
+  storea: StoreaCredentials | null;
+  storeb: StorebCredentials | null;
+}
+
+/** Stores (or replaces) a tenant's store A credentials. */
+export async function saveStoreaCredentials(
+  sql: Sql,
+  box: SecretBox,
+  tenantId: string,
+  credentials: StoreaCredentials,
+): Promise<void> {
+  const sealed = await box.seal("storea-private-key", tenantId, credentials.privateKeyPem);
+  await sql`
+    INSERT INTO storea_credentials
+      (tenant_id, bundle_id, key_id, issuer_id, private_key_sealed, environment, app_id)
+    VALUES (${tenantId}, ${credentials.bundleId}, ${credentials.keyId}, ${credentials.issuerId},
+            ${sealed}, ${credentials.environment}, ${credentials.appId})
+    ON CONFLICT (tenant_id) DO UPDATE SET
+      bundle_id = excluded.bundle_id, key_id = excluded.key_id, issuer_id = excluded.issuer_id,
+      private_key_sealed = excluded.private_key_sealed, environment = excluded.environment,
+      app_id = excluded.app_id, updated_at = now()`;
+}
+
+/** Stores (or replaces) a tenant's store B credentials. */
+export async function saveStorebCredentials(
+  sql: Sql,
+  box: SecretBox,
+  tenantId: string,
+  credentials: StorebCredentials,
+): Promise<void> {
+  const sealed = await box.seal("storeb-service-account", tenantId, credentials.serviceAccountJson);
+  await sql`
+    INSERT INTO storeb_credentials
+      (tenant_id, package_name, client_email, service_account_sealed, push_audience,
+       push_service_account)
+    VALUES (${tenantId}, ${credentials.packageName}, ${credentials.clientEmail}, ${sealed},
+            ${credentials.pushAudience}, ${credentials.pushServiceAccount})
+    ON CONFLICT (tenant_id) DO UPDATE SET
+      package_name = excluded.package_name, client_email = excluded.client_email,
+      service_account_sealed = excluded.service_account_sealed,
+      push_audience = excluded.push_audience,
+      push_service_account = excluded.push_service_account, updated_at = now()`;
+}
+
+/** Loads and opens a tenant's credentials for both stores. */
+export async function loadCredentials(
+  sql: Sql,
+  box: SecretBox,
+  tenantId: string,
+): Promise<TenantCredentials> {
+  const [a] = await sql`SELECT * FROM storea_credentials WHERE tenant_id = ${tenantId}`;
+  const [b] = await sql`SELECT * FROM storeb_credentials WHERE tenant_id = ${tenantId}`;
+  return {
+    storea: a
+      ? {
+        bundleId: a.bundle_id,
+        keyId: a.key_id,
+        issuerId: a.issuer_id,
+        privateKeyPem: await box.open("storea-private-key", tenantId, a.private_key_sealed),
+        environment: a.environment,
+        appId: a.app_id === null ? null : Number(a.app_id),
+      }
+      : null,
+    storeb: b
+      ? {
+        packageName: b.package_name,
+        clientEmail: b.client_email,
+        serviceAccountJson: await box.open(
+          "storeb-service-account",
+          tenantId,
+          b.service_account_sealed,
+        ),
+        pushAudience: b.push_audience,
+        pushServiceAccount: b.push_service_account,
+      }
+      : null,
+  };
+}
+
+/** What the CLI may show of a tenant's credentials: everything but the secrets. */
+export async function describeCredentials(
+  sql: Sql,
+  tenantId: string,
+): Promise<Record<string, unknown>> {
+  const [a] = await sql`SELECT * FROM storea_credentials WHERE tenant_id = ${tenantId}`;
+  const [b] = await sql`SELECT * FROM storeb_credentials WHERE tenant_id = ${tenantId}`;
+  return {
+    storea: a
+      ? {
+        bundleId: a.bundle_id,
+        keyId: a.key_id,
+        issuerId: a.issuer_id,
+        environment: a.environment,
+        appId: a.app_id === null ? null : Number(a.app_id),
+        updatedAt: new Date(a.updated_at).toISOString(),
+      }
+      : null,
+    storeb: b
+      ? {
+        packageName: b.package_name,
+        clientEmail: b.client_email,
+        pushAudience: b.push_audience,
+        pushServiceAccount: b.push_service_account,
+        updatedAt: new Date(b.updated_at).toISOString(),
+      }
+      : null,
+  };
+}

@@ -1,0 +1,185 @@
+/**
+ * The embedded engine: PGlite (PostgreSQL compiled to WebAssembly) in `DATA_DIR`, served on a
+ * Unix socket so that `npm:postgres` talks to it exactly as to a PostgreSQL server, and so that
+ * the admin CLI can use the database while the service runs.
+ *
+ * PGlite has one session. The server below lets several connections share it safely: it runs a
+ * connection's messages up to each Sync (or simple Query) as one unit under a lock, and keeps
+ * the lock for that connection while it has a transaction open. Clients must not use named
+ * prepared statements (`prepare: false`): the session, and so its statement names, is shared.
+ */
+import { PGlite } from "@electric-sql/pglite";
+import net from "node:net";
+import { join } from "node:path";
+
+/** The socket file name PostgreSQL clients expect for port 5432. */
+export const SOCKET_NAME = ".s.PGSQL.5432";
+const SSL_REQUEST = 80877103;
+const GSSENC_REQUEST = 80877104;
+const MSG_SYNC = 0x53; // 'S'
+const MSG_QUERY = 0x51; // 'Q'
+const MSG_FLUSH = 0x48; // 'H'
+const MSG_TERMINATE = 0x58; // 'X'
+/** A connection that holds a transaction open longer than this is cut, freeing the others. */
+const TRANSACTION_IDLE_LIMIT_MS = 30_000;
+
+/** A running embedded engine. */
+export interface EmbeddedServer {
+  /** The directory holding the socket (`host` for `npm:postgres`). */
+  socketDir: string;
+  close(): Promise<void>;
+}
+
+/** Serializes access to the one PGlite session. */
+class SessionLock {
+  #tail: Promise<void> = Promise.resolve();
+
+  acquire(): Promise<() => void> {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const granted = this.#tail.then(() => release);
+    this.#tail = this.#tail.then(() => released);
+    return granted;
+  }
+}
+
+/** Opens PGlite in `dataDir/pglite` and serves it on a socket in `socketDir`. */
+export async function startEmbeddedServer(
+  dataDir: string,
+  socketDir: string,
+): Promise<EmbeddedServer> {
+  const db = await PGlite.create(join(dataDir, "pglite"));
+  const lock = new SessionLock();
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    serveConnection(db, lock, socket);
+  });
+  const socketPath = join(socketDir, SOCKET_NAME);
+  await Deno.remove(socketPath).catch(() => {});
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(socketPath, () => resolve());
+  });
+  await Deno.chmod(socketPath, 0o600);
+
+  return {
+    socketDir,
+    async close() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        for (const socket of sockets) socket.destroy();
+      });
+      await Deno.remove(socketPath).catch(() => {});
+      const release = await lock.acquire();
+      try {
+        await db.close();
+      } finally {
+        release();
+      }
+    },
+  };
+}
+
+function serveConnection(db: PGlite, lock: SessionLock, socket: net.Socket): void {
+  let buffer: Uint8Array = new Uint8Array(0);
+  let started = false;
+  let batch: Uint8Array[] = [];
+  let release: (() => void) | null = null;
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  let work = Promise.resolve();
+
+  const runUnit = (unit: Uint8Array[]) => {
+    work = work.then(async () => {
+      if (socket.destroyed) return;
+      clearTimeout(idleTimer);
+      release ??= await lock.acquire();
+      try {
+        for (const message of unit) {
+          if (message[0] === MSG_TERMINATE) {
+            socket.end();
+            break;
+          }
+          await db.execProtocolRawStream(message, {
+            onRawData: (data) => {
+              if (!socket.destroyed) socket.write(data);
+            },
+          });
+        }
+      } catch {
+        socket.destroy();
+      } finally {
+        // After a Flush the client reads a partial answer and continues the same exchange.
+        const midExchange = unit.at(-1)?.[0] === MSG_FLUSH;
+        if (socket.destroyed || (!midExchange && !db.isInTransaction())) {
+          await endSession();
+        } else {
+          idleTimer = setTimeout(() => socket.destroy(), TRANSACTION_IDLE_LIMIT_MS);
+        }
+      }
+    });
+  };
+
+  // A connection that ends inside a transaction must not leave it open for the next one.
+  const endSession = async () => {
+    if (!release) return;
+    try {
+      if (db.isInTransaction()) await db.exec("ROLLBACK");
+    } catch {
+      // the session is reset by the next BEGIN anyway
+    }
+    release();
+    release = null;
+  };
+
+  socket.on("data", (chunk: Uint8Array) => {
+    buffer = concat(buffer, chunk);
+    let offset = 0;
+    while (true) {
+      const view = new DataView(buffer.buffer, buffer.byteOffset + offset);
+      const available = buffer.length - offset;
+      if (!started) {
+        if (available < 8) break;
+        const length = view.getInt32(0);
+        if (available < length) break;
+        const code = view.getInt32(4);
+        const message = buffer.slice(offset, offset + length);
+        offset += length;
+        if (code === SSL_REQUEST || code === GSSENC_REQUEST) {
+          socket.write(new Uint8Array([0x4e])); // 'N': no encryption on a local socket
+          continue;
+        }
+        started = true;
+        runUnit([message]);
+        continue;
+      }
+      if (available < 5) break;
+      const length = view.getInt32(1);
+      if (available < length + 1) break;
+      const type = buffer[offset];
+      batch.push(buffer.slice(offset, offset + length + 1));
+      offset += length + 1;
+      if (
+        type === MSG_SYNC || type === MSG_QUERY || type === MSG_FLUSH || type === MSG_TERMINATE
+      ) {
+        runUnit(batch);
+        batch = [];
+      }
+    }
+    buffer = buffer.slice(offset);
+  });
+  socket.on("error", () => socket.destroy());
+  socket.on("close", () => {
+    clearTimeout(idleTimer);
+    work = work.then(endSession);
+  });
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.length === 0) return b;
+  const merged = new Uint8Array(a.length + b.length);
+  merged.set(a);
+  merged.set(b, a.length);
+  return merged;
+}

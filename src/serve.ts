@@ -1,0 +1,171 @@
+/**
+ * `purchase-relay serve`: boots the service and runs it until SIGINT or SIGTERM.
+ *
+ * Boot order: database (bounded wait) -> migrations -> encryption canary -> HTTP. Any failure
+ * stops the boot; main.ts logs it as `startup_failed` and exits 1.
+ */
+import type { Config } from "./config.ts";
+import type { Logger } from "./log.ts";
+import { connectDatabase, type Database } from "./db/connect.ts";
+import { migrate } from "./db/migrate.ts";
+import { SecretBox } from "./crypto/secrets.ts";
+import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "./db/settings.ts";
+import { loadCredentials, type TenantCredentials } from "./db/credentials.ts";
+import { loadMasterKey } from "./master_key.ts";
+import { Authenticator } from "./auth/authenticator.ts";
+import { RateLimiter } from "./auth/rate_limit.ts";
+import { Router } from "./http/router.ts";
+import { createRequestHandler } from "./http/server.ts";
+import { healthRoutes, type ReadinessChecks } from "./api/health.ts";
+import { storeaVerifyRoute } from "./api/storea_verify.ts";
+import { storebVerifyRoute } from "./api/storeb_verify.ts";
+import { TtlCache } from "./cache.ts";
+
+/** How long `/ready` waits for the database before reporting it failed. */
+const READY_DB_TIMEOUT_MS = 2_000;
+/** Credential changes reach the verify path within this time. */
+const CREDENTIALS_TTL_MS = 1_000;
+
+/** Runs the service; resolves when it has shut down. */
+export async function serve(config: Config, log: Logger): Promise<void> {
+  const masterKey = await loadMasterKey(config, log);
+  const box = new SecretBox(masterKey);
+  const db = await connectDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    poolSize: config.databasePoolSize,
+    timeoutMs: config.databaseConnectTimeoutMs,
+    shareEmbedded: true,
+  });
+  let server: Deno.HttpServer | undefined;
+  let authenticator: Authenticator | undefined;
+  try {
+    const applied = await migrate(db.sql);
+    if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
+    await ensureEncryptionCanary(db.sql, box);
+
+    const readiness = new Readiness(db, box);
+    const keyMatches = await readiness.encryptionCheck();
+    if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
+    if (config.validationAuditEnabled && config.validationAuditRetentionDays === null) {
+      log.warn("validation_audit_enabled_no_retention", {
+        hint: "set VALIDATION_AUDIT_RETENTION_DAYS to prune old audit rows",
+      });
+    }
+
+    authenticator = new Authenticator(db.sql, {
+      onFlushError: (error) => log.warn("key_use_flush_failed", log.errorFields(error)),
+    });
+    authenticator.start();
+    const credentials = new TtlCache<TenantCredentials>(CREDENTIALS_TTL_MS);
+    const verifyDeps = {
+      version: config.version,
+      authenticator,
+      rateLimiter: new RateLimiter({
+        perSecond: config.rateLimitPerSecond,
+        burst: config.rateLimitBurst,
+      }),
+      credentialsOf: (tenantId: string) =>
+        credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId)),
+    };
+    const router = new Router([
+      ...healthRoutes({ version: config.version, checkReadiness: () => readiness.check() }),
+      storeaVerifyRoute(verifyDeps),
+      storebVerifyRoute(verifyDeps),
+    ]);
+
+    const stopped = Promise.withResolvers<string>();
+    const onSignal = (signal: Deno.Signal) => () => stopped.resolve(signal);
+    const signals: [Deno.Signal, () => void][] = [
+      ["SIGTERM", onSignal("SIGTERM")],
+      ["SIGINT", onSignal("SIGINT")],
+    ];
+    for (const [signal, handler] of signals) Deno.addSignalListener(signal, handler);
+
+    server = Deno.serve({
+      port: config.port,
+      hostname: config.host,
+      onListen: () => {},
+      onError: (error) => {
+        log.error("request_failed", { code: "INTERNAL_ERROR", ...log.errorFields(error) });
+        return new Response(
+          JSON.stringify({ valid: false, error: "INTERNAL_ERROR", message: "internal error" }),
+          { status: 500, headers: { "content-type": "application/json; charset=utf-8" } },
+        );
+      },
+    }, createRequestHandler({ router, version: config.version, log }));
+    log.info("listening", {
+      port: server.addr.transport === "tcp" ? server.addr.port : config.port,
+      host: config.host,
+      env: config.env,
+      version: config.version,
+      database: db.engine,
+    });
+
+    const signal = await stopped.promise;
+    for (const [name, handler] of signals) Deno.removeSignalListener(name, handler);
+    log.info("shutdown", { signal });
+    // Stop accepting, let requests in flight finish, but not forever.
+    const drained = await Promise.race([
+      server.shutdown().then(() => true),
+      new Promise<boolean>((resolve) => setTimeout(() => resolve(false), config.shutdownTimeoutMs)),
+    ]);
+    if (!drained) log.warn("shutdown_timeout", { timeoutMs: config.shutdownTimeoutMs });
+    server = undefined;
+  } finally {
+    await server?.shutdown().catch(() => {});
+    await authenticator?.stop();
+    await db.close().catch((error) => log.warn("database_close_failed", log.errorFields(error)));
+    log.flush();
+  }
+}
+
+/** The `/ready` checks (spec 4.6). */
+class Readiness {
+  #db: Database;
+  #box: SecretBox;
+  /** The last encryption verdict, kept for when the database cannot be asked. */
+  #encryption = "fail: not checked yet";
+  #verdicts = new Map<string, boolean>();
+
+  constructor(db: Database, box: SecretBox) {
+    this.#db = db;
+    this.#box = box;
+  }
+
+  async check(): Promise<ReadinessChecks> {
+    try {
+      const encryption = await withTimeout(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
+      return { db: "ok", encryption };
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      return { db: `fail: ${reason}`, encryption: this.#encryption };
+    }
+  }
+
+  /** Reads the canary (which also proves the database answers) and opens it with our key. */
+  async encryptionCheck(): Promise<string> {
+    const sealed = await readEncryptionCanary(this.#db.sql);
+    if (sealed === null) {
+      this.#encryption = "fail: the database has no encryption canary";
+      return this.#encryption;
+    }
+    let opens = this.#verdicts.get(sealed);
+    if (opens === undefined) {
+      opens = await canaryOpens(this.#box, sealed);
+      this.#verdicts.set(sealed, opens);
+    }
+    this.#encryption = opens
+      ? "ok"
+      : "fail: ENCRYPTION_KEY is not the key this database was set up with";
+    return this.#encryption;
+  }
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
