@@ -108,7 +108,11 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
   let server: EmbeddedServer;
   let privateDir: string | null = null;
   try {
-    if (!options.shareEmbedded) privateDir = await Deno.makeTempDir({ prefix: "purchase-relay-" });
+    if (!options.shareEmbedded) {
+      // Inside DATA_DIR: the only place the process may write, and private to its owner.
+      privateDir = join(dataDir, `.private-${Deno.pid}`);
+      await Deno.mkdir(privateDir, { recursive: true, mode: 0o700 });
+    }
     server = await startEmbeddedServer(dataDir, privateDir ?? dataDir);
   } catch (error) {
     lockFile.close();

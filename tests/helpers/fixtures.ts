@@ -1,0 +1,32 @@
+/** Credential files made fresh for each test run: no key material is checked in. */
+import { generateKeyPairSync } from "node:crypto";
+import { join } from "node:path";
+
+/** Writes a store A `.p8` (EC P-256 PKCS#8 PEM) and returns its path. */
+export async function writeStoreaKeyFile(dir: string): Promise<string> {
+  const { privateKey } = generateKeyPairSync("ec", { namedCurve: "prime256v1" });
+  const path = join(dir, "AuthKey_TEST123456.p8");
+  await Deno.writeTextFile(path, privateKey.export({ type: "pkcs8", format: "pem" }) as string);
+  return path;
+}
+
+/** Writes a store B service-account JSON and returns its path and client email. */
+export async function writeServiceAccountFile(
+  dir: string,
+): Promise<{ path: string; clientEmail: string }> {
+  const { privateKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+  const clientEmail = "relay@test-project.iam.gserviceaccount.com";
+  const path = join(dir, "service-account.json");
+  await Deno.writeTextFile(
+    path,
+    JSON.stringify({
+      type: "service_account",
+      project_id: "test-project",
+      private_key_id: "0123456789abcdef",
+      private_key: privateKey.export({ type: "pkcs8", format: "pem" }),
+      client_email: clientEmail,
+      token_uri: "https://oauth2.googleapis.com/token",
+    }),
+  );
+  return { path, clientEmail };
+}
