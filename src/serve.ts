@@ -15,7 +15,7 @@ import { loadMasterKey } from "./master_key.ts";
 import { Authenticator } from "./auth/authenticator.ts";
 import { RateLimiter } from "./auth/rate_limit.ts";
 import { Router } from "./http/router.ts";
-import { createRequestHandler } from "./http/server.ts";
+import { createRequestHandler, InFlight } from "./http/server.ts";
 import { healthRoutes, type ReadinessChecks } from "./api/health.ts";
 import { storeaVerifyRoute } from "./api/storea_verify.ts";
 import { storebVerifyRoute } from "./api/storeb_verify.ts";
@@ -82,6 +82,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     ];
     for (const [signal, handler] of signals) Deno.addSignalListener(signal, handler);
 
+    const inFlight = new InFlight();
     server = Deno.serve({
       port: config.port,
       hostname: config.host,
@@ -93,7 +94,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
           { status: 500, headers: { "content-type": "application/json; charset=utf-8" } },
         );
       },
-    }, createRequestHandler({ router, version: config.version, log }));
+    }, createRequestHandler({ router, version: config.version, log, inFlight }));
     log.info("listening", {
       port: server.addr.transport === "tcp" ? server.addr.port : config.port,
       host: config.host,
@@ -105,12 +106,17 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     const signal = await stopped.promise;
     for (const [name, handler] of signals) Deno.removeSignalListener(name, handler);
     log.info("shutdown", { signal });
-    // Stop accepting, let requests in flight finish, but not forever.
+    // Let requests in flight finish, but not forever; then stop accepting and close.
+    let timer: ReturnType<typeof setTimeout> | undefined;
     const drained = await Promise.race([
-      server.shutdown().then(() => true),
-      new Promise<boolean>((resolve) => setTimeout(() => resolve(false), config.shutdownTimeoutMs)),
+      inFlight.drain().then(() => true),
+      new Promise<boolean>((resolve) =>
+        timer = setTimeout(() => resolve(false), config.shutdownTimeoutMs)
+      ),
     ]);
+    clearTimeout(timer);
     if (!drained) log.warn("shutdown_timeout", { timeoutMs: config.shutdownTimeoutMs });
+    await server.shutdown();
     server = undefined;
   } finally {
     await server?.shutdown().catch(() => {});

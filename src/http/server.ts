@@ -14,6 +14,8 @@ export interface PipelineOptions {
   router: Router;
   version: string;
   log: Logger;
+  /** Tracks requests in flight for a graceful shutdown. */
+  inFlight?: InFlight;
 }
 
 /** A JSON response with the given status. */
@@ -28,13 +30,52 @@ export function jsonResponse(
   });
 }
 
+/**
+ * Counts requests in flight so shutdown can wait for them. Deno's `server.shutdown()` cancels the
+ * body of a request still being received, so the service drains first and shuts down after.
+ */
+export class InFlight {
+  #count = 0;
+  #draining = false;
+  #idle: (() => void)[] = [];
+
+  /** Whether shutdown has begun; responses then ask clients to close their connection. */
+  get draining(): boolean {
+    return this.#draining;
+  }
+
+  enter(): void {
+    this.#count++;
+  }
+
+  leave(): void {
+    if (--this.#count === 0) { for (const resolve of this.#idle.splice(0)) resolve(); }
+  }
+
+  /** Starts draining; resolves when no request is in flight. */
+  drain(): Promise<void> {
+    this.#draining = true;
+    if (this.#count === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
+  }
+}
+
 /** Builds the `Deno.serve` handler. */
 export function createRequestHandler(
   options: PipelineOptions,
 ): (request: Request) => Promise<Response> {
-  const { router, version, log } = options;
+  const { router, version, log, inFlight } = options;
 
   return async function handle(request: Request): Promise<Response> {
+    inFlight?.enter();
+    try {
+      return await handleRequest(request);
+    } finally {
+      inFlight?.leave();
+    }
+  };
+
+  async function handleRequest(request: Request): Promise<Response> {
     const started = performance.now();
     const context: RequestContext = { reqId: newId("req"), tenantId: null, params: {} };
     const path = pathOf(request.url);
@@ -58,6 +99,7 @@ export function createRequestHandler(
     }
     response.headers.set("x-request-id", context.reqId);
     response.headers.set("x-service-version", version);
+    if (inFlight?.draining) response.headers.set("connection", "close");
     log.info("http_request", {
       reqId: context.reqId,
       method: request.method,
@@ -67,7 +109,7 @@ export function createRequestHandler(
       tenantId: context.tenantId,
     });
     return response;
-  };
+  }
 }
 
 /** Turns any thrown value into the error envelope; the one place where that happens. */

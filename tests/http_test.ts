@@ -1,0 +1,330 @@
+/** The HTTP pipeline and the verify routes' admission checks, through a real service. */
+import assert from "node:assert/strict";
+import {
+  createTenantWithKey,
+  type RunningService,
+  startService,
+  stopAndDrop,
+} from "./helpers/service.ts";
+import { writeServiceAccountFile, writeStoreaKeyFile } from "./helpers/fixtures.ts";
+
+const REQ_ID = /^req_[0-9A-HJKMNP-TV-Z]{26}$/;
+
+function post(service: RunningService, path: string, init: {
+  key?: string;
+  body?: BodyInit | null;
+  contentType?: string | null;
+  headers?: Record<string, string>;
+}): Promise<Response> {
+  const headers: Record<string, string> = { ...init.headers };
+  if (init.key) headers.authorization = `Bearer ${init.key}`;
+  if (init.contentType !== null) headers["content-type"] = init.contentType ?? "application/json";
+  return fetch(`${service.url}${path}`, { method: "POST", headers, body: init.body ?? null });
+}
+
+async function expectEnvelope(response: Response, status: number, code: string) {
+  const text = await response.text();
+  assert.equal(
+    response.status,
+    status,
+    `expected ${status} ${code}, got ${response.status} ${text}`,
+  );
+  assert.equal(response.headers.get("content-type"), "application/json; charset=utf-8");
+  assert.match(response.headers.get("x-request-id") ?? "", REQ_ID);
+  assert.equal(response.headers.get("x-service-version"), "dev");
+  const body = JSON.parse(text);
+  assert.equal(body.valid, false);
+  assert.equal(body.error, code);
+  assert.equal(typeof body.message, "string");
+  assert.ok(body.message.length > 0);
+  return body;
+}
+
+Deno.test("http: envelope, headers and one http_request line per request", async (t) => {
+  const service = await startService();
+  try {
+    await t.step("unknown route is 404 NOT_FOUND", async () => {
+      await expectEnvelope(await fetch(`${service.url}/nope`), 404, "NOT_FOUND");
+      await expectEnvelope(await fetch(`${service.url}/v1/storea/verify/x`), 404, "NOT_FOUND");
+    });
+    await t.step("wrong method is 405 with Allow", async () => {
+      const response = await fetch(`${service.url}/health`, { method: "POST" });
+      assert.equal(response.headers.get("allow"), "GET");
+      await expectEnvelope(response, 405, "METHOD_NOT_ALLOWED");
+      const get = await fetch(`${service.url}/v1/storeb/verify`);
+      assert.equal(get.headers.get("allow"), "POST");
+      await expectEnvelope(get, 405, "METHOD_NOT_ALLOWED");
+    });
+    await t.step("health carries both headers and a fresh request id each time", async () => {
+      const a = await fetch(`${service.url}/health`);
+      const b = await fetch(`${service.url}/health`);
+      await a.body?.cancel();
+      await b.body?.cancel();
+      assert.match(a.headers.get("x-request-id")!, REQ_ID);
+      assert.notEqual(a.headers.get("x-request-id"), b.headers.get("x-request-id"));
+      assert.equal(a.headers.get("x-service-version"), "dev");
+      assert.equal(a.headers.get("content-type"), "application/json; charset=utf-8");
+    });
+    await t.step("http_request has exactly the spec's fields", async () => {
+      const response = await fetch(`${service.url}/health?probe=1`);
+      await response.body?.cancel();
+      const reqId = response.headers.get("x-request-id");
+      const line = await service.waitForLog((l) => l.msg === "http_request" && l.reqId === reqId);
+      assert.deepEqual(Object.keys(line).sort(), [
+        "latencyMs",
+        "level",
+        "method",
+        "msg",
+        "path",
+        "reqId",
+        "status",
+        "tenantId",
+        "ts",
+      ]);
+      assert.equal(line.level, "info");
+      assert.equal(line.method, "GET");
+      assert.equal(line.path, "/health");
+      assert.equal(line.status, 200);
+      assert.equal(line.tenantId, null);
+      assert.equal(typeof line.latencyMs, "number");
+      assert.ok(!Number.isNaN(Date.parse(line.ts)));
+    });
+    await t.step("every stdout line is JSON with ts, level and msg", async () => {
+      await new Promise((r) => setTimeout(r, 50));
+      for (const line of service.rawStdout().trim().split("\n")) {
+        const parsed = JSON.parse(line);
+        assert.equal(typeof parsed.ts, "string");
+        assert.equal(typeof parsed.level, "string");
+        assert.equal(typeof parsed.msg, "string");
+      }
+    });
+  } finally {
+    await stopAndDrop(service);
+  }
+});
+
+Deno.test("verify routes: order of checks and body validation", async (t) => {
+  const service = await startService({ env: { RATE_LIMIT_BURST: "1000" } });
+  try {
+    const { key, tenantId } = await createTenantWithKey(service);
+    const A = "/v1/storea/verify";
+    const B = "/v1/storeb/verify";
+    const validB = {
+      packageName: "com.example.app",
+      productId: "premium",
+      purchaseToken: "token",
+      type: "subscription",
+    };
+
+    await t.step("without a key: 401 before the body is looked at", async () => {
+      for (const path of [A, B]) {
+        await expectEnvelope(
+          await post(service, path, { body: "not json" }),
+          401,
+          "UNAUTHENTICATED",
+        );
+      }
+    });
+
+    await t.step("tenantId is logged once the key is known", async () => {
+      const response = await post(service, A, { key, body: "{}" });
+      await response.body?.cancel();
+      const reqId = response.headers.get("x-request-id");
+      const line = await service.waitForLog((l) => l.msg === "http_request" && l.reqId === reqId);
+      assert.equal(line.tenantId, tenantId);
+      assert.equal(line.status, 400);
+    });
+
+    const badBodies: [string, BodyInit | null, string | null][] = [
+      ["no content type", '{"transactionId":"1"}', null],
+      ["text/plain", '{"transactionId":"1"}', "text/plain"],
+      ["application/jsonx", '{"transactionId":"1"}', "application/jsonx"],
+      ["empty body", null, "application/json"],
+      ["invalid JSON", "{", "application/json"],
+      ["invalid UTF-8", new Uint8Array([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x7d]), "application/json"],
+      ["JSON array", "[]", "application/json"],
+      ["JSON null", "null", "application/json"],
+      ["JSON string", '"x"', "application/json"],
+      ["deep JSON", "[".repeat(8000) + "]".repeat(8000), "application/json"],
+      ["deep JSON object", '{"a":'.repeat(2000) + "1" + "}".repeat(2000), "application/json"],
+    ];
+    for (const [name, body, contentType] of badBodies) {
+      await t.step(`400 INVALID_REQUEST: ${name}`, async () => {
+        for (const path of [A, B]) {
+          await expectEnvelope(
+            await post(service, path, { key, body, contentType }),
+            400,
+            "INVALID_REQUEST",
+          );
+        }
+      });
+    }
+
+    await t.step("content type with charset is accepted", async () => {
+      const response = await post(service, A, {
+        key,
+        body: '{"transactionId":"1"}',
+        contentType: "Application/JSON; charset=utf-8",
+      });
+      await expectEnvelope(response, 400, "CREDENTIALS_MISSING");
+    });
+
+    await t.step("store A fields: types, lengths, enum, unknown fields", async () => {
+      const cases: [unknown, string][] = [
+        [{}, "missing transactionId"],
+        [{ transactionId: "" }, "empty"],
+        [{ transactionId: "x".repeat(129) }, "too long"],
+        [{ transactionId: 123 }, "number"],
+        [{ transactionId: null }, "null"],
+        [{ transactionId: ["1"] }, "array"],
+        [{ transactionId: "1", environment: "staging" }, "bad environment"],
+        [{ transactionId: "1", environment: "Production" }, "case of environment"],
+        [{ transactionId: "1", extra: true }, "unknown field"],
+      ];
+      for (const [body, label] of cases) {
+        const envelope = await expectEnvelope(
+          await post(service, A, { key, body: JSON.stringify(body) }),
+          400,
+          "INVALID_REQUEST",
+        );
+        assert.ok(Array.isArray(envelope.details?.issues), label);
+      }
+      for (
+        const body of [
+          { transactionId: "x".repeat(128) },
+          { transactionId: "1", environment: "production" },
+          { transactionId: "1", environment: "sandbox" },
+        ]
+      ) {
+        await expectEnvelope(
+          await post(service, A, { key, body: JSON.stringify(body) }),
+          400,
+          "CREDENTIALS_MISSING",
+        );
+      }
+    });
+
+    await t.step("store B fields: types, lengths, enum, unknown fields", async () => {
+      const cases: Record<string, unknown>[] = [
+        { ...validB, type: "bundle" },
+        { ...validB, type: undefined },
+        { ...validB, packageName: "" },
+        { ...validB, packageName: "p".repeat(201) },
+        { ...validB, productId: "p".repeat(201) },
+        { ...validB, productId: 5 },
+        { ...validB, purchaseToken: "t".repeat(4097) },
+        { ...validB, purchaseToken: "" },
+        { ...validB, extra: 1 },
+      ];
+      for (const body of cases) {
+        await expectEnvelope(
+          await post(service, B, { key, body: JSON.stringify(body) }),
+          400,
+          "INVALID_REQUEST",
+        );
+      }
+      for (
+        const body of [
+          { ...validB, packageName: "p".repeat(200), productId: "q".repeat(200) },
+          { ...validB, purchaseToken: "t".repeat(4096), type: "product" },
+        ]
+      ) {
+        await expectEnvelope(
+          await post(service, B, { key, body: JSON.stringify(body) }),
+          400,
+          "CREDENTIALS_MISSING",
+        );
+      }
+    });
+
+    await t.step("bodies over 16 KB are refused, whatever Content-Length says", async () => {
+      const big = JSON.stringify({ transactionId: "1", pad: "x".repeat(17 * 1024) });
+      await expectEnvelope(await post(service, A, { key, body: big }), 400, "INVALID_REQUEST");
+      // Streamed without Content-Length (chunked): the limit is counted on bytes read.
+      const chunks = [
+        new TextEncoder().encode('{"transactionId":"'),
+        new Uint8Array(20000).fill(0x61),
+      ];
+      const stream = new ReadableStream({
+        pull(controller) {
+          const next = chunks.shift();
+          if (next) controller.enqueue(next);
+          else controller.close();
+        },
+      });
+      const envelope = await expectEnvelope(
+        await post(service, A, { key, body: stream }),
+        400,
+        "INVALID_REQUEST",
+      );
+      assert.match(envelope.message, /16384/);
+      // Exactly at the limit is fine as far as size goes.
+      const padded = JSON.stringify({ transactionId: "1" }).padEnd(16 * 1024, " ");
+      await expectEnvelope(
+        await post(service, A, { key, body: padded }),
+        400,
+        "CREDENTIALS_MISSING",
+      );
+    });
+
+    await t.step("credentials: each store answers for its own", async () => {
+      const dir = await Deno.makeTempDir();
+      try {
+        const keyFile = await writeStoreaKeyFile(dir);
+        const set = await service.cli(
+          "storea",
+          "set-credentials",
+          tenantId,
+          "--bundle-id",
+          "com.example.app",
+          "--key-id",
+          "ABC123DEFG",
+          "--issuer-id",
+          "57246542-96fe-1a63-e053-0824d011072a",
+          "--private-key-file",
+          keyFile,
+        );
+        assert.equal(set.code, 0, set.stderr);
+        // Credential changes are picked up within a second.
+        await new Promise((r) => setTimeout(r, 1100));
+        const a = await post(service, A, { key, body: '{"transactionId":"1"}' });
+        assert.notEqual(a.status, 400, "store A credentials are set");
+        await a.body?.cancel();
+        await expectEnvelope(
+          await post(service, B, { key, body: JSON.stringify(validB) }),
+          400,
+          "CREDENTIALS_MISSING",
+        );
+        const account = await writeServiceAccountFile(dir);
+        const setB = await service.cli(
+          "storeb",
+          "set-credentials",
+          tenantId,
+          "--package-name",
+          "com.example.app",
+          "--service-account-file",
+          account.path,
+          "--push-audience",
+          "https://relay.example.com/push",
+        );
+        assert.equal(setB.code, 0, setB.stderr);
+        await new Promise((r) => setTimeout(r, 1100));
+        const b = await post(service, B, { key, body: JSON.stringify(validB) });
+        assert.notEqual(b.status, 400);
+        await b.body?.cancel();
+      } finally {
+        await Deno.remove(dir, { recursive: true });
+      }
+    });
+
+    await t.step("nothing secret reaches the logs", async () => {
+      await new Promise((r) => setTimeout(r, 50));
+      const raw = service.rawStdout();
+      assert.ok(!raw.includes(key), "API key in logs");
+      assert.ok(!raw.includes(key.slice(-43)), "API key body in logs");
+      assert.ok(!raw.includes("PRIVATE KEY"), "key material in logs");
+    });
+  } finally {
+    await stopAndDrop(service);
+  }
+});
