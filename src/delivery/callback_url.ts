@@ -35,6 +35,13 @@ export function isPublicAddress(address: string): boolean {
     const lower = address.toLowerCase();
     const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(lower);
     if (mapped) return isPublicIPv4(mapped[1]);
+    // URL parsing writes an IPv4-mapped address in hex: ::ffff:7f00:1 is 127.0.0.1.
+    const mappedHex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(lower);
+    if (mappedHex) {
+      const high = parseInt(mappedHex[1], 16);
+      const low = parseInt(mappedHex[2], 16);
+      return isPublicIPv4(`${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`);
+    }
     if (lower === "::" || lower === "::1") return false;
     const first = parseInt(lower.split(":")[0] || "0", 16);
     if ((first & 0xfe00) === 0xfc00) return false; // fc00::/7 unique local
