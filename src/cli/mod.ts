@@ -54,7 +54,8 @@ export class UsageError extends Error {
 export interface CliContext {
   config: Config;
   log: Logger;
-  open(): Promise<{ db: Database; box: SecretBox }>;
+  /** Opens the database, applying pending migrations; `applied` names those this call ran. */
+  open(): Promise<{ db: Database; box: SecretBox; applied: string[] }>;
 }
 
 type Command = (args: string[], context: CliContext) => Promise<Record<string, unknown>>;
@@ -79,8 +80,8 @@ const COMMANDS: Record<string, Command> = {
   },
   "migrate": async (args, context) => {
     parse(args, {});
-    const { db } = await context.open();
-    return { applied: await migrate(db.sql), engine: db.engine };
+    const { db, applied } = await context.open();
+    return { applied, engine: db.engine };
   },
   "tenant create": async (args, context) => {
     const { values } = parse(args, {
@@ -298,13 +299,13 @@ export async function openForCli(config: Config, log: Logger) {
     shareEmbedded: false,
   });
   try {
-    await migrate(db.sql);
+    const applied = await migrate(db.sql);
     await ensureEncryptionCanary(db.sql, box);
+    return { db, box, applied };
   } catch (error) {
     await db.close().catch(() => {});
     throw error;
   }
-  return { db, box };
 }
 
 type Options = Record<string, { type: "string" | "boolean" }>;
