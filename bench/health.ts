@@ -76,8 +76,11 @@ export interface HealthBenchmarkResult {
     os: string;
     deno: string;
     wrk: string;
-    /** Load averages (1, 5, 15 min) when the run began: above ~0.5, others were using the CPU. */
-    loadAverage: number[];
+    /**
+     * How busy the server's and wrk's cores were over one second before the run began (0 to 1):
+     * above a few percent, other processes were competing and the figures are noisy.
+     */
+    busyBefore: { serverCore: number; loadCore: number };
   };
   settings: Required<Omit<HealthBenchmarkOptions, "keepTemp" | "progress">>;
   bare: TargetResult;
@@ -106,7 +109,7 @@ export class MissingToolError extends Error {
   }
 }
 
-const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
+const ROOT = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
 const HEALTH_BODY = JSON.stringify({ status: "ok", version: "dev" });
 const HEALTH_TYPE = "application/json; charset=utf-8";
 const decoder = new TextDecoder();
@@ -127,9 +130,19 @@ export async function runHealthBenchmark(
     ((line: string) => Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`)));
   const wrkVersion = await checkTools();
   const startedAt = new Date().toISOString();
-  const loadAverage = Deno.loadavg();
-  if (loadAverage[0] > 0.5) {
-    progress(`load average ${loadAverage[0].toFixed(2)}: other processes are busy, expect noise`);
+  const idleStart = await coreTicks();
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const idleEnd = await coreTicks();
+  const busyBefore = {
+    serverCore: busyShare(idleStart, idleEnd, settings.serverCore),
+    loadCore: busyShare(idleStart, idleEnd, settings.loadCore),
+  };
+  if (busyBefore.serverCore > 0.1 || busyBefore.loadCore > 0.1) {
+    progress(
+      `other processes keep the cores busy (core ${settings.serverCore} ${
+        pct(busyBefore.serverCore)
+      }, core ${settings.loadCore} ${pct(busyBefore.loadCore)}): expect noisy figures`,
+    );
   }
 
   const bare = await measure("bare Deno.serve", settings, progress, options.keepTemp, startBare);
@@ -157,7 +170,7 @@ export async function runHealthBenchmark(
       os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
       deno: Deno.version.deno,
       wrk: wrkVersion,
-      loadAverage,
+      busyBefore,
     },
     settings,
     bare,
@@ -235,13 +248,6 @@ async function measure(
     const wrk = await runWrk(server.url, settings, settings.durationSeconds, true);
     const coresAfter = await coreTicks();
     const cpuUsed = await cpuSeconds(server.pid) - cpuBefore;
-    const busy = (core: number) => {
-      const before = coresBefore.get(core);
-      const after = coresAfter.get(core);
-      if (!before || !after) return NaN;
-      const total = after.total - before.total;
-      return total > 0 ? 1 - (after.idle - before.idle) / total : NaN;
-    };
     const memory = await readMemory(server.pid);
     const stdoutPath = server.stdoutPath;
     await stop(server);
@@ -253,8 +259,8 @@ async function measure(
       rssMb: memory.hwmKb / 1024,
       rssEndMb: memory.rssKb / 1024,
       serverCpuCores: cpuUsed / settings.durationSeconds,
-      serverCoreBusy: busy(settings.serverCore),
-      loadCoreBusy: busy(settings.loadCore),
+      serverCoreBusy: busyShare(coresBefore, coresAfter, settings.serverCore),
+      loadCoreBusy: busyShare(coresBefore, coresAfter, settings.loadCore),
       httpRequestLogLines: stdout.httpRequestLines,
       stdoutBytes: stdout.bytes,
     };
@@ -399,23 +405,31 @@ function spawnPinned(spec: {
   };
 }
 
-/** Polls `ready` until it holds; fails if the process exits or 120 s go by. */
+/**
+ * Polls `ready` until it holds; fails if the process exits or 120 s go by, and then stops the
+ * process so that no server outlives a failed start.
+ */
 async function waitUntil(server: Server, ready: () => Promise<boolean>): Promise<void> {
   let exited: Deno.CommandStatus | undefined;
   server.status.then((status) => (exited = status));
-  const deadline = Date.now() + 120_000;
-  while (Date.now() < deadline) {
-    if (await ready()) {
-      await checkIsDeno(server.pid);
-      return;
+  try {
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      if (await ready()) {
+        await checkIsDeno(server.pid);
+        return;
+      }
+      if (exited) {
+        const stderr = await Deno.readTextFile(server.stderrPath).catch(() => "");
+        throw new Error(`the server exited with ${exited.code}: ${stderr.slice(-2000)}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    if (exited) {
-      const stderr = await Deno.readTextFile(server.stderrPath).catch(() => "");
-      throw new Error(`the server exited with ${exited.code}: ${stderr.slice(-2000)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    throw new Error("the server did not come up within 120 s");
+  } catch (error) {
+    if (!exited) await stop(server);
+    throw error;
   }
-  throw new Error("the server did not come up within 120 s");
 }
 
 async function checkIsDeno(pid: number): Promise<void> {
@@ -492,9 +506,24 @@ async function cpuSeconds(pid: number): Promise<number> {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
+type CoreTicks = Map<number, { total: number; idle: number }>;
+
+/** The share of time `core` was busy between two readings of /proc/stat. */
+function busyShare(before: CoreTicks, after: CoreTicks, core: number): number {
+  const a = before.get(core);
+  const b = after.get(core);
+  if (!a || !b) return NaN;
+  const total = b.total - a.total;
+  return total > 0 ? 1 - (b.idle - a.idle) / total : NaN;
+}
+
+function pct(share: number): string {
+  return `${(share * 100).toFixed(0)}%`;
+}
+
 /** Busy and idle clock ticks of each core, from /proc/stat. */
-async function coreTicks(): Promise<Map<number, { total: number; idle: number }>> {
-  const ticks = new Map<number, { total: number; idle: number }>();
+async function coreTicks(): Promise<CoreTicks> {
+  const ticks: CoreTicks = new Map();
   for (const line of (await run("cat", ["/proc/stat"])).split("\n")) {
     const match = /^cpu(\d+)\s+(.*)$/.exec(line);
     if (!match) continue;
