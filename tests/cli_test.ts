@@ -15,7 +15,13 @@ import {
   stopAndDrop,
   type TestDatabase,
 } from "./helpers/service.ts";
-import { writeServiceAccountFile, writeStoreaKeyFile } from "./helpers/fixtures.ts";
+import {
+  storeaCredentialArgs,
+  storebCredentialArgs,
+  TEST_ISSUER_ID,
+  writeServiceAccountFile,
+  writeStoreaKeyFile,
+} from "./helpers/fixtures.ts";
 import { BUILD_VERSION } from "../src/version.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -29,7 +35,6 @@ const API_KEY = /^service_(live|test)_[A-Za-z0-9_-]{43}$/;
 /** Well-formed ids that no database of this run holds. */
 const UNKNOWN_TENANT = "tenant_01ARZ3NDEKTSV4RRFFQ69G5FAV";
 const UNKNOWN_KEY = "key_01ARZ3NDEKTSV4RRFFQ69G5FAV";
-const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
 const LONG_SECRET = "a-given-webhook-secret-of-forty-characters";
 
 /** A successful command: exit 0 and exactly one line on stdout, holding one JSON object. */
@@ -534,20 +539,7 @@ Deno.test("cli: storea set-credentials takes only an EC P-256 key and never prin
       const goodKey = await writeStoreaKeyFile(dir);
       const pem = await Deno.readTextFile(goodKey);
       const setCredentials = (keyFile: string, ...extra: string[]) =>
-        cli(
-          "storea",
-          "set-credentials",
-          tenant.id,
-          "--bundle-id",
-          "com.example.app",
-          "--key-id",
-          "ABC123DEFG",
-          "--issuer-id",
-          ISSUER_ID,
-          "--private-key-file",
-          keyFile,
-          ...extra,
-        );
+        cli(...storeaCredentialArgs(tenant.id, keyFile), ...extra);
 
       // Bad key files: exit 1, before anything is written.
       const write = async (name: string, text: string) => {
@@ -609,19 +601,7 @@ Deno.test("cli: storea set-credentials takes only an EC P-256 key and never prin
       );
       fails(await setCredentials(goodKey, "--environment", "staging"), 2, "USAGE", "--environment");
       fails(
-        await cli(
-          "storea",
-          "set-credentials",
-          UNKNOWN_TENANT,
-          "--bundle-id",
-          "com.example.app",
-          "--key-id",
-          "ABC123DEFG",
-          "--issuer-id",
-          ISSUER_ID,
-          "--private-key-file",
-          goodKey,
-        ),
+        await cli(...storeaCredentialArgs(UNKNOWN_TENANT, goodKey)),
         1,
         "TENANT_NOT_FOUND",
         "storea set-credentials unknown tenant",
@@ -640,7 +620,7 @@ Deno.test("cli: storea set-credentials takes only an EC P-256 key and never prin
       const expected = {
         bundleId: "com.example.app",
         keyId: "ABC123DEFG",
-        issuerId: ISSUER_ID,
+        issuerId: TEST_ISSUER_ID,
         environment: "sandbox",
         appId: 1234567890,
       };
@@ -680,17 +660,7 @@ Deno.test("cli: storeb set-credentials takes only a service-account file and nev
       const { path: goodFile, clientEmail } = await writeServiceAccountFile(dir);
       const account = JSON.parse(await Deno.readTextFile(goodFile));
       const setCredentials = (file: string, tenantId = tenant.id) =>
-        cli(
-          "storeb",
-          "set-credentials",
-          tenantId,
-          "--package-name",
-          "com.example.app",
-          "--service-account-file",
-          file,
-          "--push-audience",
-          "https://relay.example.com/push",
-        );
+        cli(...storebCredentialArgs(tenantId, file));
 
       const write = async (name: string, text: string) => {
         const path = join(dir, name);

@@ -6,7 +6,12 @@ import {
   startService,
   stopAndDrop,
 } from "./helpers/service.ts";
-import { writeServiceAccountFile, writeStoreaKeyFile } from "./helpers/fixtures.ts";
+import {
+  storeaCredentialArgs,
+  storebCredentialArgs,
+  writeServiceAccountFile,
+  writeStoreaKeyFile,
+} from "./helpers/fixtures.ts";
 
 const REQ_ID = /^req_[0-9A-HJKMNP-TV-Z]{26}$/;
 
@@ -271,19 +276,7 @@ Deno.test("verify routes: order of checks and body validation", async (t) => {
       const dir = await Deno.makeTempDir();
       try {
         const keyFile = await writeStoreaKeyFile(dir);
-        const set = await service.cli(
-          "storea",
-          "set-credentials",
-          tenantId,
-          "--bundle-id",
-          "com.example.app",
-          "--key-id",
-          "ABC123DEFG",
-          "--issuer-id",
-          "57246542-96fe-1a63-e053-0824d011072a",
-          "--private-key-file",
-          keyFile,
-        );
+        const set = await service.cli(...storeaCredentialArgs(tenantId, keyFile));
         assert.equal(set.code, 0, set.stderr);
         // Credential changes are picked up within a second.
         await new Promise((r) => setTimeout(r, 1100));
@@ -296,17 +289,7 @@ Deno.test("verify routes: order of checks and body validation", async (t) => {
           "CREDENTIALS_MISSING",
         );
         const account = await writeServiceAccountFile(dir);
-        const setB = await service.cli(
-          "storeb",
-          "set-credentials",
-          tenantId,
-          "--package-name",
-          "com.example.app",
-          "--service-account-file",
-          account.path,
-          "--push-audience",
-          "https://relay.example.com/push",
-        );
+        const setB = await service.cli(...storebCredentialArgs(tenantId, account.path));
         assert.equal(setB.code, 0, setB.stderr);
         await new Promise((r) => setTimeout(r, 1100));
         const b = await post(service, B, { key, body: JSON.stringify(validB) });

@@ -30,3 +30,38 @@ export async function writeServiceAccountFile(
   );
   return { path, clientEmail };
 }
+
+/** An App Store Connect issuer id for tests. */
+export const TEST_ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
+
+/** Arguments of `storea set-credentials` for `tenantId` with the test bundle and key ids. */
+export function storeaCredentialArgs(tenantId: string, keyFile: string): string[] {
+  return [
+    "storea",
+    "set-credentials",
+    tenantId,
+    "--bundle-id",
+    "com.example.app",
+    "--key-id",
+    "ABC123DEFG",
+    "--issuer-id",
+    TEST_ISSUER_ID,
+    "--private-key-file",
+    keyFile,
+  ];
+}
+
+/** Arguments of `storeb set-credentials` for `tenantId` with the test package and audience. */
+export function storebCredentialArgs(tenantId: string, accountFile: string): string[] {
+  return [
+    "storeb",
+    "set-credentials",
+    tenantId,
+    "--package-name",
+    "com.example.app",
+    "--service-account-file",
+    accountFile,
+    "--push-audience",
+    "https://relay.example.com/push",
+  ];
+}
