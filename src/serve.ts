@@ -15,7 +15,8 @@ import { loadMasterKey } from "./master_key.ts";
 import { Authenticator } from "./auth/authenticator.ts";
 import { RateLimiter } from "./auth/rate_limit.ts";
 import { Router } from "./http/router.ts";
-import { createRequestHandler, InFlight } from "./http/server.ts";
+import { createRequestHandler, InFlight, internalErrorResponse } from "./http/server.ts";
+import { newId } from "./ids.ts";
 import { healthRoutes, type ReadinessChecks } from "./api/health.ts";
 import { storeaVerifyRoute } from "./api/storea_verify.ts";
 import { storebVerifyRoute } from "./api/storeb_verify.ts";
@@ -88,11 +89,12 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       hostname: config.host,
       onListen: () => {},
       onError: (error) => {
-        log.error("request_failed", { code: "INTERNAL_ERROR", ...log.errorFields(error) });
-        return new Response(
-          JSON.stringify({ valid: false, error: "INTERNAL_ERROR", message: "internal error" }),
-          { status: 500, headers: { "content-type": "application/json; charset=utf-8" } },
-        );
+        const reqId = newId("req");
+        log.error("request_failed", { reqId, code: "INTERNAL_ERROR", ...log.errorFields(error) });
+        return internalErrorResponse(reqId, {
+          "x-request-id": reqId,
+          "x-service-version": config.version,
+        });
       },
     }, createRequestHandler({ router, version: config.version, log, inFlight }));
     log.info("listening", {

@@ -135,11 +135,19 @@ function errorResponse(error: unknown, context: RequestContext, log: Logger): Re
     status: 500,
     ...log.errorFields(error),
   });
+  return internalErrorResponse(context.reqId);
+}
+
+/**
+ * The 500 envelope. `Deno.serve`'s last-resort `onError` uses it too, with the common headers, so
+ * even an error outside the pipeline answers like every other response.
+ */
+export function internalErrorResponse(reqId: string, headers?: Record<string, string>): Response {
   return jsonResponse(500, {
     valid: false,
     error: "INTERNAL_ERROR",
-    message: `internal error; quote request id ${context.reqId} when reporting it`,
-  });
+    message: `internal error; quote request id ${reqId} when reporting it`,
+  }, headers);
 }
 
 function pathOf(url: string): string {
