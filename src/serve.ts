@@ -21,11 +21,15 @@ import { healthRoutes, type ReadinessChecks } from "./api/health.ts";
 import { storeaVerifyRoute } from "./api/storea_verify.ts";
 import { storebVerifyRoute } from "./api/storeb_verify.ts";
 import { TtlCache } from "./cache.ts";
+import { StorebVerifier } from "./storeb/verify.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
 /** Credential changes reach the verify path within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
+
+/** The deadline of one verification's upstream calls, retries included. */
+const UPSTREAM_TIMEOUT_MS = 10_000;
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
@@ -72,7 +76,14 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     const router = new Router([
       ...healthRoutes({ version: config.version, checkReadiness: () => readiness.check() }),
       storeaVerifyRoute(verifyDeps),
-      storebVerifyRoute(verifyDeps),
+      storebVerifyRoute({
+        ...verifyDeps,
+        storeb: new StorebVerifier({
+          apiUrl: config.storebApiUrl,
+          tokenUrl: config.storebTokenUrl,
+          timeoutMs: UPSTREAM_TIMEOUT_MS,
+        }),
+      }),
     ]);
 
     const stopped = Promise.withResolvers<string>();

@@ -1,7 +1,8 @@
 /** `POST /v1/storeb/verify` (spec 4.2). */
 import { z } from "zod";
-import { ServiceError } from "../errors.ts";
+import type { StorebVerifier } from "../storeb/verify.ts";
 import type { Route } from "../http/router.ts";
+import { jsonResponse } from "../http/server.ts";
 import { admitVerifyRequest, credentialsMissing, type VerifyDeps } from "./verify_common.ts";
 
 /** The request body of spec 4.2; unknown fields are refused. */
@@ -15,17 +16,33 @@ export const storebVerifyRequest = z.strictObject({
 /** A valid store B verify request. */
 export type StorebVerifyRequest = z.infer<typeof storebVerifyRequest>;
 
+/** What the store B verify route needs. */
+export interface StorebVerifyDeps extends VerifyDeps {
+  storeb: StorebVerifier;
+}
+
 /** The store B verify route. */
-export function storebVerifyRoute(deps: VerifyDeps): Route {
+export function storebVerifyRoute(deps: StorebVerifyDeps): Route {
   return {
     method: "POST",
     pattern: "/v1/storeb/verify",
     handler: async (request, context) => {
       const admitted = await admitVerifyRequest(request, context, deps, storebVerifyRequest);
       if (admitted.credentials.storeb === null) throw credentialsMissing("storeb");
-      // The Play Developer API client is not part of this build yet.
-      throw new ServiceError("GOOGLE_API_ERROR", "store B verification is not available yet", {
-        details: { status: null, upstreamCode: null },
+      const outcome = await deps.storeb.verify(admitted.credentials.storeb, admitted.body);
+      if (!outcome.valid) {
+        return jsonResponse(200, {
+          valid: false,
+          version: deps.version,
+          error: outcome.error,
+          message: outcome.message,
+        });
+      }
+      return jsonResponse(200, {
+        valid: true,
+        version: deps.version,
+        appUserId: outcome.appUserId,
+        purchase: outcome.purchase,
       });
     },
   };
