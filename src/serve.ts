@@ -22,6 +22,12 @@ import { storeaVerifyRoute } from "./api/storea_verify.ts";
 import { storebVerifyRoute } from "./api/storeb_verify.ts";
 import { TtlCache } from "./cache.ts";
 import { StorebVerifier } from "./storeb/verify.ts";
+import { readRootCertificates, StoreaJwsVerifier } from "./storea/jws.ts";
+import { StoreaApiClient } from "./storea/api_client.ts";
+import { StoreaTokenSigner } from "./storea/api_token.ts";
+import { StoreaVerifier } from "./storea/verify.ts";
+import { SingleFlight } from "./single_flight.ts";
+import { ValidationAudit } from "./audit/validation_audit.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
@@ -33,6 +39,10 @@ const UPSTREAM_TIMEOUT_MS = 10_000;
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
+  // Unreadable roots stop the boot here rather than fail every notification later.
+  const storeaJws = new StoreaJwsVerifier({
+    rootCertificates: await readRootCertificates(config.storeaRootCerts),
+  });
   const masterKey = await loadMasterKey(config, log);
   const box = new SecretBox(masterKey);
   const db = await connectDatabase({
@@ -44,6 +54,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
   });
   let server: Deno.HttpServer | undefined;
   let authenticator: Authenticator | undefined;
+  let audit: ValidationAudit | null = null;
   try {
     const applied = await migrate(db.sql);
     if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
@@ -52,11 +63,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     const readiness = new Readiness(db, box);
     const keyMatches = await readiness.encryptionCheck();
     if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
-    if (config.validationAuditEnabled && config.validationAuditRetentionDays === null) {
-      log.warn("validation_audit_enabled_no_retention", {
-        hint: "set VALIDATION_AUDIT_RETENTION_DAYS to prune old audit rows",
-      });
-    }
+    audit = config.validationAuditEnabled ? await startValidationAudit(db, box, config, log) : null;
 
     authenticator = new Authenticator(db.sql, {
       onFlushError: (error) => log.warn("key_use_flush_failed", log.errorFields(error)),
@@ -72,10 +79,23 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       }),
       credentialsOf: (tenantId: string) =>
         credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId)),
+      flights: new SingleFlight(),
+      audit,
     };
     const router = new Router([
       ...healthRoutes({ version: config.version, checkReadiness: () => readiness.check() }),
-      storeaVerifyRoute(verifyDeps),
+      storeaVerifyRoute({
+        ...verifyDeps,
+        storea: new StoreaVerifier({
+          client: new StoreaApiClient({
+            productionUrl: config.storeaApiUrlProduction,
+            sandboxUrl: config.storeaApiUrlSandbox,
+            tokens: new StoreaTokenSigner(),
+          }),
+          jws: storeaJws,
+          timeoutMs: UPSTREAM_TIMEOUT_MS,
+        }),
+      }),
       storebVerifyRoute({
         ...verifyDeps,
         storeb: new StorebVerifier({
@@ -134,9 +154,45 @@ export async function serve(config: Config, log: Logger): Promise<void> {
   } finally {
     await server?.shutdown().catch(() => {});
     await authenticator?.stop();
+    await audit?.stop().catch((error) => log.warn("audit_flush_failed", log.errorFields(error)));
     await db.close().catch((error) => log.warn("database_close_failed", log.errorFields(error)));
     log.flush();
   }
+}
+
+/**
+ * Starts the validation audit: batched background writes, and with a retention period a prune
+ * at boot and then daily (a `Deno.cron` job; every replica may run it, deleting is idempotent).
+ */
+async function startValidationAudit(
+  db: Database,
+  box: SecretBox,
+  config: Config,
+  log: Logger,
+): Promise<ValidationAudit> {
+  const audit = new ValidationAudit(db.sql, box, {
+    onFlushError: (error, dropped) =>
+      log.warn("audit_flush_failed", { dropped, ...log.errorFields(error) }),
+  });
+  audit.start();
+  const retentionDays = config.validationAuditRetentionDays;
+  if (retentionDays === null) {
+    log.warn("validation_audit_enabled_no_retention", {
+      hint: "set VALIDATION_AUDIT_RETENTION_DAYS to prune old audit rows",
+    });
+    return audit;
+  }
+  const prune = async () => {
+    try {
+      const deleted = await audit.prune(retentionDays);
+      log.info("validation_audit_pruned", { deleted, retentionDays });
+    } catch (error) {
+      log.warn("validation_audit_prune_failed", log.errorFields(error));
+    }
+  };
+  await prune();
+  Deno.cron("validation audit retention", "17 3 * * *", prune);
+  return audit;
 }
 
 /** The `/ready` checks (spec 4.6). */

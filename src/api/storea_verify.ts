@@ -1,8 +1,14 @@
 /** `POST /v1/storea/verify` (spec 4.1). */
 import { z } from "zod";
-import { ServiceError } from "../errors.ts";
 import type { Route } from "../http/router.ts";
-import { admitVerifyRequest, credentialsMissing, type VerifyDeps } from "./verify_common.ts";
+import { jsonResponse } from "../http/server.ts";
+import type { StoreaVerifier } from "../storea/verify.ts";
+import {
+  admitVerifyRequest,
+  credentialsMissing,
+  runVerification,
+  type VerifyDeps,
+} from "./verify_common.ts";
 
 /** The request body of spec 4.1; unknown fields are refused. */
 export const storeaVerifyRequest = z.strictObject({
@@ -13,17 +19,41 @@ export const storeaVerifyRequest = z.strictObject({
 /** A valid store A verify request. */
 export type StoreaVerifyRequest = z.infer<typeof storeaVerifyRequest>;
 
+/** What the store A verify route needs. */
+export interface StoreaVerifyDeps extends VerifyDeps {
+  storea: StoreaVerifier;
+}
+
 /** The store A verify route. */
-export function storeaVerifyRoute(deps: VerifyDeps): Route {
+export function storeaVerifyRoute(deps: StoreaVerifyDeps): Route {
   return {
     method: "POST",
     pattern: "/v1/storea/verify",
     handler: async (request, context) => {
       const admitted = await admitVerifyRequest(request, context, deps, storeaVerifyRequest);
-      if (admitted.credentials.storea === null) throw credentialsMissing("storea");
-      // The App Store Server API client is not part of this build yet.
-      throw new ServiceError("APPLE_API_ERROR", "store A verification is not available yet", {
-        details: { status: null, upstreamCode: null },
+      const credentials = admitted.credentials.storea;
+      if (credentials === null) throw credentialsMissing("storea");
+      const { transactionId, environment } = admitted.body;
+      const outcome = await runVerification(deps, {
+        tenantId: admitted.tenantId,
+        store: "storea",
+        subject: transactionId,
+        variant: environment ?? "",
+      }, () => deps.storea.verify(credentials, admitted.body));
+      if (!outcome.valid) {
+        return jsonResponse(200, {
+          valid: false,
+          version: deps.version,
+          error: outcome.error,
+          message: outcome.message,
+        });
+      }
+      return jsonResponse(200, {
+        valid: true,
+        version: deps.version,
+        environment: outcome.environment,
+        appUserId: outcome.appUserId,
+        transaction: outcome.transaction,
       });
     },
   };

@@ -9,6 +9,8 @@ import type { RequestContext } from "../http/router.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
+import type { SingleFlight } from "../single_flight.ts";
+import type { ValidationAudit } from "../audit/validation_audit.ts";
 
 /** What the verify endpoints share. */
 export interface VerifyDeps {
@@ -17,6 +19,27 @@ export interface VerifyDeps {
   rateLimiter: RateLimiter;
   /** The tenant's store credentials (cached briefly by the caller). */
   credentialsOf: (tenantId: string) => Promise<TenantCredentials>;
+  /** Shares one upstream call among identical requests in flight together. */
+  flights: SingleFlight;
+  /** Where outcomes are recorded, or null when the audit is off. */
+  audit: ValidationAudit | null;
+}
+
+/** What every store's outcome says, for the audit. */
+export interface VerifyOutcomeSummary {
+  valid: boolean;
+  error?: string;
+  upstreamStatus: number | null;
+}
+
+/** Identifies one verification: who asked, in which store, about what. */
+export interface VerificationKey {
+  tenantId: string;
+  store: "storea" | "storeb";
+  /** The transaction id or purchase token. */
+  subject: string;
+  /** Everything else that changes the answer (environment, product, type). */
+  variant: string;
 }
 
 /** An authenticated, rate-limited, validated verify request. */
@@ -59,4 +82,40 @@ export function credentialsMissing(store: "storea" | "storeb"): ServiceError {
     `this tenant has no ${store} credentials; an operator sets them with ` +
       `\`purchase-relay ${store} set-credentials\``,
   );
+}
+
+/**
+ * Runs `verify`, shared with identical requests already in flight (decisions.md 6), and records
+ * the outcome in the validation audit, failures included.
+ */
+export async function runVerification<T extends VerifyOutcomeSummary>(
+  deps: VerifyDeps,
+  key: VerificationKey,
+  verify: () => Promise<T>,
+): Promise<T> {
+  const started = performance.now();
+  const flightKey = `${key.store}\0${key.tenantId}\0${key.variant}\0${key.subject}`;
+  try {
+    const outcome = await deps.flights.run(flightKey, verify);
+    deps.audit?.record({
+      tenantId: key.tenantId,
+      store: key.store,
+      subject: key.subject,
+      outcome: outcome.valid ? "valid" : outcome.error ?? "invalid",
+      upstreamStatus: outcome.upstreamStatus,
+      latencyMs: performance.now() - started,
+    });
+    return outcome;
+  } catch (error) {
+    const status = error instanceof ServiceError ? error.details?.status : null;
+    deps.audit?.record({
+      tenantId: key.tenantId,
+      store: key.store,
+      subject: key.subject,
+      outcome: error instanceof ServiceError ? error.code : "INTERNAL_ERROR",
+      upstreamStatus: typeof status === "number" ? status : null,
+      latencyMs: performance.now() - started,
+    });
+    throw error;
+  }
 }

@@ -15,6 +15,9 @@ export type SecretPurpose =
   | "webhook-secret"
   | "canary";
 
+/** What a keyed hash is for; each has its own derived HMAC key. */
+export type HashPurpose = "audit-subject";
+
 /** A value that could not be opened: wrong key, wrong owner, or tampered. */
 export class SecretError extends Error {
   readonly code = "SECRET_UNREADABLE";
@@ -33,6 +36,7 @@ export class SecretBox {
   readonly keyId: string;
   #master: Promise<CryptoKey>;
   #derived = new Map<SecretPurpose, Promise<CryptoKey>>();
+  #hashKeys = new Map<HashPurpose, Promise<CryptoKey>>();
 
   constructor(masterKey: Uint8Array) {
     this.keyId = masterKeyId(masterKey);
@@ -75,6 +79,33 @@ export class SecretBox {
     } catch {
       throw new SecretError("the value does not open with the configured key");
     }
+  }
+
+  /**
+   * A keyed hash (HMAC-SHA-256, hex) of `text`: stable for one master key, and useless to
+   * someone who has the hashes but not the key.
+   */
+  async keyedHash(purpose: HashPurpose, text: string): Promise<string> {
+    let key = this.#hashKeys.get(purpose);
+    if (!key) {
+      key = this.#master.then((master) =>
+        crypto.subtle.deriveKey(
+          {
+            name: "HKDF",
+            hash: "SHA-256",
+            salt: encoder.encode("purchase-relay"),
+            info: encoder.encode(`hash:${purpose}`),
+          },
+          master,
+          { name: "HMAC", hash: "SHA-256", length: 256 },
+          false,
+          ["sign"],
+        )
+      );
+      this.#hashKeys.set(purpose, key);
+    }
+    const mac = await crypto.subtle.sign("HMAC", await key, encoder.encode(text));
+    return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
   #keyFor(purpose: SecretPurpose): Promise<CryptoKey> {

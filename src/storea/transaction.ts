@@ -1,0 +1,101 @@
+/**
+ * A verified store A transaction in the shape of spec 2.2 (decisions.md 6): epoch-ms dates as
+ * ISO-8601, absent optional fields as null, and `price` in the currency's smallest unit.
+ */
+
+/** The `transaction` object of the store A verify response. */
+export interface StoreaTransaction {
+  transactionId: string;
+  originalTransactionId: string;
+  bundleId: string;
+  productId: string;
+  purchaseDate: string | null;
+  originalPurchaseDate: string | null;
+  expiresDate: string | null;
+  type: string | null;
+  inAppOwnershipType: string | null;
+  quantity: number | null;
+  webOrderLineItemId: string | null;
+  revocationDate: string | null;
+  revocationReason: number | null;
+  offerType: number | null;
+  offerIdentifier: string | null;
+  appAccountToken: string | null;
+  storefront: string | null;
+  storefrontId: string | null;
+  transactionReason: string | null;
+  currency: string | null;
+  price: number | null;
+  signedTransactionInfo: string;
+  rawDecodedPayload: Record<string, unknown>;
+}
+
+/** Normalizes a decoded (and already verified) `signedTransactionInfo` payload. */
+export function normalizeTransaction(
+  payload: Record<string, unknown>,
+  signedTransactionInfo: string,
+): StoreaTransaction {
+  const currency = stringOrNull(payload.currency);
+  return {
+    transactionId: stringOrNull(payload.transactionId) ?? "",
+    originalTransactionId: stringOrNull(payload.originalTransactionId) ?? "",
+    bundleId: stringOrNull(payload.bundleId) ?? "",
+    productId: stringOrNull(payload.productId) ?? "",
+    purchaseDate: isoDate(payload.purchaseDate),
+    originalPurchaseDate: isoDate(payload.originalPurchaseDate),
+    expiresDate: isoDate(payload.expiresDate),
+    type: stringOrNull(payload.type),
+    inAppOwnershipType: stringOrNull(payload.inAppOwnershipType),
+    quantity: integerOrNull(payload.quantity),
+    webOrderLineItemId: stringOrNull(payload.webOrderLineItemId),
+    revocationDate: isoDate(payload.revocationDate),
+    revocationReason: integerOrNull(payload.revocationReason),
+    offerType: integerOrNull(payload.offerType),
+    offerIdentifier: stringOrNull(payload.offerIdentifier),
+    appAccountToken: stringOrNull(payload.appAccountToken),
+    storefront: stringOrNull(payload.storefront),
+    storefrontId: stringOrNull(payload.storefrontId),
+    transactionReason: stringOrNull(payload.transactionReason),
+    currency,
+    price: typeof payload.price === "number" && currency !== null
+      ? priceInMinorUnits(payload.price, currency)
+      : null,
+    signedTransactionInfo,
+    rawDecodedPayload: payload,
+  };
+}
+
+const minorDigits = new Map<string, number>();
+
+/**
+ * Converts Apple's milli-units to the smallest unit of `currency` (its ISO 4217 exponent):
+ * USD 9990 -> 999 cents, JPY 1200000 -> 1200 yen, KWD 1990 -> 1990 fils.
+ */
+export function priceInMinorUnits(milliUnits: number, currency: string): number {
+  let digits = minorDigits.get(currency);
+  if (digits === undefined) {
+    try {
+      digits = new Intl.NumberFormat("en", { style: "currency", currency })
+        .resolvedOptions().maximumFractionDigits ?? 2;
+    } catch {
+      // Not a well-formed currency code; two decimals is what most currencies use.
+      digits = 2;
+    }
+    if (minorDigits.size < 1_000) minorDigits.set(currency, digits);
+  }
+  return Math.round((milliUnits * 10 ** digits) / 1000);
+}
+
+function isoDate(value: unknown): string | null {
+  if (typeof value !== "number" || !Number.isFinite(value)) return null;
+  const date = new Date(value);
+  return Number.isNaN(date.getTime()) ? null : date.toISOString();
+}
+
+function stringOrNull(value: unknown): string | null {
+  return typeof value === "string" ? value : null;
+}
+
+function integerOrNull(value: unknown): number | null {
+  return typeof value === "number" && Number.isInteger(value) ? value : null;
+}
