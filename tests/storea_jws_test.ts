@@ -1,0 +1,198 @@
+/**
+ * The store A JWS verifier against material no one here made: real Apple-signed Sandbox
+ * notifications (built-in pin only) and Apple's library mocks (their test CA as the root).
+ */
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import {
+  APPLE_ROOT_CA_G3_SHA256,
+  JwsInvalidError,
+  readRootCertificates,
+  StoreaJwsVerifier,
+} from "../src/storea/jws.ts";
+import { createHash } from "node:crypto";
+
+const VECTORS = fileURLToPath(new URL("../../shared/vectors/storea/", import.meta.url));
+const haveVectors = await Deno.stat(VECTORS).then(() => true, () => false);
+if (!haveVectors) console.warn(`store A vectors not found at ${VECTORS}; vector tests skipped`);
+
+interface IndexEntry {
+  file: string;
+  notificationType: string;
+  subtype: string | null;
+  notificationUUID: string;
+  bundleId: string;
+  originalTransactionId: string;
+  transactionId: string;
+  productId: string;
+  hasRenewalInfo: boolean;
+}
+
+async function vector(path: string): Promise<string> {
+  return (await Deno.readTextFile(`${VECTORS}${path}`)).trim();
+}
+
+function encodeSegment(value: unknown): string {
+  return btoa(JSON.stringify(value)).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+function decodeSegment(segment: string): Record<string, unknown> {
+  return JSON.parse(atob(segment.replaceAll("-", "+").replaceAll("_", "/")));
+}
+
+async function rejects(verifier: StoreaJwsVerifier, jws: string, reason: RegExp): Promise<void> {
+  await assert.rejects(verifier.verify(jws), (error: unknown) => {
+    assert.ok(error instanceof JwsInvalidError, `expected JwsInvalidError, got ${error}`);
+    assert.match(error.message, reason);
+    return true;
+  });
+}
+
+Deno.test({
+  name: "real Apple notifications and their nested JWS verify with the built-in pin alone",
+  ignore: !haveVectors,
+  fn: async () => {
+    const verifier = new StoreaJwsVerifier();
+    const index: IndexEntry[] = JSON.parse(await vector("real-sandbox/index.json"));
+    assert.equal(index.length, 14);
+    for (const entry of index) {
+      const payload = await verifier.verify(await vector(`real-sandbox/${entry.file}`));
+      assert.equal(payload.notificationType, entry.notificationType, entry.file);
+      assert.equal(payload.subtype ?? null, entry.subtype, entry.file);
+      assert.equal(payload.notificationUUID, entry.notificationUUID, entry.file);
+      const data = payload.data as Record<string, unknown>;
+      assert.equal(data.bundleId, entry.bundleId);
+      const transaction = await verifier.verify(data.signedTransactionInfo as string);
+      assert.equal(transaction.transactionId, entry.transactionId, entry.file);
+      assert.equal(transaction.originalTransactionId, entry.originalTransactionId, entry.file);
+      assert.equal(transaction.productId, entry.productId, entry.file);
+      assert.equal(typeof data.signedRenewalInfo === "string", entry.hasRenewalInfo, entry.file);
+      if (entry.hasRenewalInfo) {
+        const renewal = await verifier.verify(data.signedRenewalInfo as string);
+        assert.equal(renewal.originalTransactionId, entry.originalTransactionId, entry.file);
+      }
+    }
+  },
+});
+
+Deno.test({
+  name: "the pin is Apple Root CA - G3: the shipped root file has the pinned SHA-256",
+  ignore: !haveVectors,
+  fn: async () => {
+    const der = await Deno.readFile(`${VECTORS}roots/AppleRootCA-G3.cer`);
+    assert.equal(createHash("sha256").update(der).digest("hex"), APPLE_ROOT_CA_G3_SHA256);
+  },
+});
+
+Deno.test({
+  name: "a real notification changed by one field or one signature byte is rejected",
+  ignore: !haveVectors,
+  fn: async () => {
+    const verifier = new StoreaJwsVerifier();
+    const jws = await vector("real-sandbox/notification-01.jws");
+    await verifier.verify(jws); // the chain is now cached: the rejections below are signatures
+    const [header, payload, signature] = jws.split(".");
+
+    const decoded = decodeSegment(payload);
+    decoded.notificationType = "REFUND";
+    await rejects(verifier, `${header}.${encodeSegment(decoded)}.${signature}`, /signature/);
+
+    const sigChars = signature.split("");
+    sigChars[10] = sigChars[10] === "A" ? "B" : "A";
+    await rejects(verifier, `${header}.${payload}.${sigChars.join("")}`, /signature/);
+
+    const headerObject = decodeSegment(header);
+    await rejects(
+      verifier,
+      `${encodeSegment({ ...headerObject, alg: "ES384" })}.${payload}.${signature}`,
+      /alg must be ES256/,
+    );
+    await rejects(
+      verifier,
+      `${encodeSegment({ ...headerObject, alg: "none" })}.${payload}.`,
+      /not a compact JWS/,
+    );
+    const x5c = headerObject.x5c as string[];
+    await rejects(
+      verifier,
+      `${encodeSegment({ ...headerObject, x5c: x5c.slice(0, 2) })}.${payload}.${signature}`,
+      /exactly 3 certificates/,
+    );
+  },
+});
+
+Deno.test({
+  name: "a chain ending in another root is refused by the pin; with that root configured it passes",
+  ignore: !haveVectors,
+  fn: async () => {
+    const mock = await vector("library-mocks/testNotification");
+    await rejects(new StoreaJwsVerifier(), mock, /Apple Root CA - G3/);
+
+    const roots = await readRootCertificates([`${VECTORS}library-mocks/testCA.der`]);
+    const payload = await new StoreaJwsVerifier({ rootCertificates: roots }).verify(mock);
+    assert.equal(payload.notificationType, "TEST");
+  },
+});
+
+Deno.test({
+  name: "Apple's library mocks verify with testCA.der as the root, and only with it",
+  ignore: !haveVectors,
+  fn: async () => {
+    const roots = await readRootCertificates([`${VECTORS}library-mocks/testCA.der`]);
+    const verifier = new StoreaJwsVerifier({ rootCertificates: roots });
+
+    const transaction = await verifier.verify(await vector("library-mocks/transactionInfo"));
+    assert.equal(transaction.bundleId, "com.example");
+    const renewal = await verifier.verify(await vector("library-mocks/renewalInfo"));
+    assert.deepEqual(renewal, { environment: "Sandbox", signedDate: 1672956154000 });
+    // Cryptographically fine; the bundle is checked by the caller, not here.
+    const wrong = await verifier.verify(await vector("library-mocks/wrongBundleId"));
+    assert.equal((wrong.data as Record<string, unknown>).bundleId, "com.example.wrong");
+    await rejects(verifier, await vector("library-mocks/missingX5CHeaderClaim"), /x5c/);
+
+    // Custom roots replace the pin: a real Apple chain is no longer trusted.
+    await rejects(
+      verifier,
+      await vector("real-sandbox/notification-01.jws"),
+      /not signed by a trusted root/,
+    );
+  },
+});
+
+Deno.test({
+  name: "STOREA_ROOT_CERTS files may be DER or PEM; anything else stops the boot",
+  ignore: !haveVectors,
+  fn: async () => {
+    const der = await Deno.readFile(`${VECTORS}roots/AppleRootCA-G3.cer`);
+    const dir = await Deno.makeTempDir();
+    try {
+      const pem = `-----BEGIN CERTIFICATE-----\n${
+        btoa(String.fromCharCode(...der)).replace(/(.{64})/g, "$1\n")
+      }\n-----END CERTIFICATE-----\n`;
+      await Deno.writeTextFile(`${dir}/root.pem`, pem);
+      const [fromPem] = await readRootCertificates([`${dir}/root.pem`]);
+      assert.deepEqual(fromPem, der);
+      const verifier = new StoreaJwsVerifier({ rootCertificates: [fromPem] });
+      await verifier.verify(await vector("real-sandbox/notification-02.jws"));
+
+      await Deno.writeTextFile(`${dir}/garbage.pem`, "not a certificate");
+      await assert.rejects(readRootCertificates([`${dir}/garbage.pem`]), /does not parse/);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test("malformed input is rejected with a reason, never thrown as something else", async () => {
+  const verifier = new StoreaJwsVerifier();
+  await rejects(verifier, "", /not a compact JWS/);
+  await rejects(verifier, "a.b", /not a compact JWS/);
+  await rejects(verifier, "!!!.e30.sig", /header/);
+  await rejects(verifier, `${encodeSegment([1])}.e30.sig`, /header is not a JSON object/);
+  await rejects(verifier, `${encodeSegment({ alg: "ES256" })}.e30.sig`, /x5c/);
+  await rejects(
+    verifier,
+    `${encodeSegment({ alg: "ES256", x5c: ["AAAA", "AAAA", "AAAA"] })}.e30.sig`,
+    /does not parse/,
+  );
+});
