@@ -11,6 +11,8 @@ import {
   StoreaJwsVerifier,
 } from "../src/storea/jws.ts";
 import { createHash } from "node:crypto";
+import { createStoreaTestPki, type StoreaTestPkiOptions } from "../src/simulators/storea_pki.ts";
+import { StoreaSigner } from "../src/simulators/storea_signer.ts";
 
 const VECTORS = fileURLToPath(new URL("../../shared/vectors/storea/", import.meta.url));
 const haveVectors = await Deno.stat(VECTORS).then(() => true, () => false);
@@ -195,4 +197,71 @@ Deno.test("malformed input is rejected with a reason, never thrown as something 
     `${encodeSegment({ alg: "ES256", x5c: ["AAAA", "AAAA", "AAAA"] })}.e30.sig`,
     /does not parse/,
   );
+});
+
+/** A verifier trusting `pki`'s root, and a JWS of a sample transaction signed by it. */
+async function signedWith(
+  options: StoreaTestPkiOptions = {},
+  payload: Record<string, unknown> = {},
+) {
+  const pki = await createStoreaTestPki(options);
+  const signer = new StoreaSigner(pki);
+  const jws = await signer.signRaw({ ...signer.sampleTransaction(), ...payload });
+  const verifier = new StoreaJwsVerifier({ rootCertificates: [pki.rootDer] });
+  return { pki, signer, jws, verifier };
+}
+
+Deno.test("a simulator chain verifies with its root configured, and the chain is cached", async () => {
+  const { signer, jws, verifier } = await signedWith();
+  const payload = await verifier.verify(jws);
+  assert.equal(payload.bundleId, signer.sampleTransaction().bundleId);
+  // Another JWS on the same chain: the cached chain still demands a valid signature.
+  const other = await signer.signRaw({ ...signer.sampleTransaction(), transactionId: "42" });
+  assert.equal((await verifier.verify(other)).transactionId, "42");
+  const [header, , signature] = jws.split(".");
+  const [, otherPayload] = other.split(".");
+  await rejects(verifier, `${header}.${otherPayload}.${signature}`, /signature/);
+});
+
+Deno.test("every broken chain is rejected with its reason", async () => {
+  const cases: [StoreaTestPkiOptions, RegExp][] = [
+    [{ leafMarker: false }, /leaf lacks Apple's App Store signing marker/],
+    [{ intermediateMarker: false }, /intermediate lacks Apple's WWDR marker/],
+    [{ intermediateIsCa: false }, /not a certificate authority/],
+    [{ leafSignedBy: "root" }, /leaf is not signed by the intermediate/],
+    [{ leafIssuerCommonName: "Someone Else" }, /leaf is not signed by the intermediate/],
+    [{ leaf: { validTo: Date.now() - 3_600_000 } }, /not valid at signedDate/],
+    [{ intermediate: { validFrom: Date.now() + 3_600_000 } }, /not valid at signedDate/],
+  ];
+  for (const [options, reason] of cases) {
+    const { jws, verifier } = await signedWith(options);
+    await rejects(verifier, jws, reason);
+  }
+});
+
+Deno.test("validity is judged at signedDate, with 60 s of tolerance", async () => {
+  const now = Date.now();
+  const { jws: expiredButSignedBefore, verifier } = await signedWith(
+    { leaf: { validFrom: now - 10 * 86_400_000, validTo: now - 86_400_000 } },
+    { signedDate: now - 2 * 86_400_000 },
+  );
+  await verifier.verify(expiredButSignedBefore);
+
+  const validTo = now - 86_400_000;
+  const inTolerance = await signedWith({ leaf: { validTo } }, { signedDate: validTo + 30_000 });
+  await inTolerance.verifier.verify(inTolerance.jws);
+  const beyond = await signedWith({ leaf: { validTo } }, { signedDate: validTo + 90_000 });
+  await rejects(beyond.verifier, beyond.jws, /not valid at signedDate/);
+});
+
+Deno.test("a chain from an untrusted root is rejected even if it is well formed", async () => {
+  const { jws } = await signedWith();
+  const stranger = await createStoreaTestPki();
+  await rejects(
+    new StoreaJwsVerifier({ rootCertificates: [stranger.rootDer] }),
+    jws,
+    /not signed by a trusted root/,
+  );
+  // The built-in pin refuses any root that is not Apple's, whatever x5c[2] claims.
+  await rejects(new StoreaJwsVerifier(), jws, /Apple Root CA - G3/);
 });
