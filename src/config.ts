@@ -33,6 +33,8 @@ export interface Config {
   storeaApiUrlSandbox: string;
   /** Paths of root certificates that replace the built-in pin; empty keeps the pin. */
   storeaRootCerts: string[];
+  /** The deadline of one verification's store calls, retries included. */
+  upstreamTimeoutMs: number;
   storebApiUrl: string;
   storebTokenUrl: string;
   storebOidcCertsUrl: string;
@@ -136,6 +138,7 @@ export function readConfig(env: Env): Config {
     deliveryRetryScheduleMs: list(value("DELIVERY_RETRY_SCHEDULE") ?? "30s,2m,10m,1h,6h").map((
       item,
     ) => duration("DELIVERY_RETRY_SCHEDULE", item)),
+    upstreamTimeoutMs: duration("UPSTREAM_TIMEOUT", value("UPSTREAM_TIMEOUT") ?? "10s"),
     deliveryTimeoutMs: duration("DELIVERY_TIMEOUT", value("DELIVERY_TIMEOUT") ?? "10s"),
     deliveryConcurrency: integer(
       "DELIVERY_CONCURRENCY",

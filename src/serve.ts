@@ -34,9 +34,6 @@ const READY_DB_TIMEOUT_MS = 2_000;
 /** Credential changes reach the verify path within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
 
-/** The deadline of one verification's upstream calls, retries included. */
-const UPSTREAM_TIMEOUT_MS = 10_000;
-
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
   // Unreadable roots stop the boot here rather than fail every notification later.
@@ -93,7 +90,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
             tokens: new StoreaTokenSigner(),
           }),
           jws: storeaJws,
-          timeoutMs: UPSTREAM_TIMEOUT_MS,
+          timeoutMs: config.upstreamTimeoutMs,
         }),
       }),
       storebVerifyRoute({
@@ -101,7 +98,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
         storeb: new StorebVerifier({
           apiUrl: config.storebApiUrl,
           tokenUrl: config.storebTokenUrl,
-          timeoutMs: UPSTREAM_TIMEOUT_MS,
+          timeoutMs: config.upstreamTimeoutMs,
         }),
       }),
     ]);

@@ -319,3 +319,21 @@ export async function stopAndDrop(service: RunningService): Promise<void> {
   await service.stop();
   await service.db.drop();
 }
+
+/**
+ * A SQL client on the running service's database: PostgreSQL directly, or the embedded engine
+ * through the socket the service shares in its DATA_DIR. The caller ends it.
+ */
+export function databaseOf(service: RunningService): postgres.Sql {
+  const url = service.db.env.DATABASE_URL;
+  if (url) return postgres(url, { max: 1, onnotice: () => {} });
+  return postgres({
+    host: service.db.dataDir,
+    port: 5432,
+    username: "postgres",
+    database: "postgres",
+    max: 1,
+    prepare: false,
+    onnotice: () => {},
+  });
+}
