@@ -29,6 +29,8 @@ export interface ServiceErrorOptions {
   headers?: Record<string, string>;
   /** The underlying error, kept for logs only. */
   cause?: unknown;
+  /** The store's HTTP status behind this error, for the validation audit; never sent. */
+  upstreamStatus?: number | null;
 }
 
 /** An error the client is meant to see, with its code and status. */
@@ -37,6 +39,7 @@ export class ServiceError extends Error {
   readonly status: number;
   readonly details?: Record<string, unknown>;
   readonly headers?: Record<string, string>;
+  readonly upstreamStatus?: number | null;
 
   constructor(code: ErrorCode, message: string, options: ServiceErrorOptions = {}) {
     super(message, { cause: options.cause });
@@ -45,6 +48,7 @@ export class ServiceError extends Error {
     this.status = ERROR_STATUS[code];
     this.details = options.details;
     this.headers = options.headers;
+    this.upstreamStatus = options.upstreamStatus;
   }
 }
 

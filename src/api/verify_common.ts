@@ -107,7 +107,9 @@ export async function runVerification<T extends VerifyOutcomeSummary>(
     });
     return outcome;
   } catch (error) {
-    const status = error instanceof ServiceError ? error.details?.status : null;
+    const status = error instanceof ServiceError
+      ? error.upstreamStatus ?? error.details?.status
+      : null;
     deps.audit?.record({
       tenantId: key.tenantId,
       store: key.store,

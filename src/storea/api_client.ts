@@ -140,11 +140,14 @@ function upstreamError(error: unknown): unknown {
 function appleRateLimited(retryAfter: string | null): ServiceError {
   const message = "the App Store rate limit for this app was exceeded";
   const until = retryAfter === null ? NaN : Number(retryAfter);
-  if (!Number.isFinite(until)) return new ServiceError("RATE_LIMITED", message);
+  if (!Number.isFinite(until)) {
+    return new ServiceError("RATE_LIMITED", message, { upstreamStatus: 429 });
+  }
   const seconds = Math.max(1, Math.ceil((until - Date.now()) / 1000));
   return new ServiceError("RATE_LIMITED", message, {
     details: { retryAfterSeconds: seconds },
     headers: { "Retry-After": String(seconds) },
+    upstreamStatus: 429,
   });
 }
 
