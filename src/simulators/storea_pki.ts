@@ -69,17 +69,17 @@ export interface StoreaTestPkiOptions extends CertificateValidity {
 /** DER of each certificate of a {@link StoreaTestPki}. */
 export interface StoreaTestCertificates {
   /** The P-256 signing certificate (x5c[0]). */
-  leaf: Uint8Array;
+  leaf: Uint8Array<ArrayBuffer>;
   /** The P-384 intermediate CA (x5c[1]). */
-  intermediate: Uint8Array;
+  intermediate: Uint8Array<ArrayBuffer>;
   /** The self-signed P-384 root CA (x5c[2]). */
-  root: Uint8Array;
+  root: Uint8Array<ArrayBuffer>;
 }
 
 /** A generated test PKI: what a JWS signer needs and what a verifier must trust. */
 export interface StoreaTestPki {
   /** DER of the root certificate, the trust anchor. */
-  rootDer: Uint8Array;
+  rootDer: Uint8Array<ArrayBuffer>;
   /** The root certificate as PEM, for `STOREA_ROOT_CERTS`. */
   rootPem: string;
   /** Standard base64 of each DER, leaf first: the `x5c` header of a JWS. */
@@ -196,7 +196,7 @@ interface CertificateRequest {
 }
 
 /** Builds, signs (ECDSA with SHA-384, like Apple) and DER-encodes one certificate. */
-async function issueCertificate(request: CertificateRequest): Promise<Uint8Array> {
+async function issueCertificate(request: CertificateRequest): Promise<Uint8Array<ArrayBuffer>> {
   const cert = new pkijs.Certificate();
   cert.version = 2; // X.509 v3
   cert.serialNumber = new asn1js.Integer({ valueHex: randomSerial() });
@@ -304,7 +304,7 @@ function toBase64(bytes: Uint8Array): string {
   return btoa(binary);
 }
 
-function toBytes(buffer: ArrayBuffer): Uint8Array {
+function toBytes(buffer: ArrayBuffer): Uint8Array<ArrayBuffer> {
   return new Uint8Array(buffer);
 }
 
