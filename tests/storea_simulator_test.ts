@@ -542,6 +542,8 @@ Deno.test("storea api: a scripted reset makes fetch reject; a delay slows the an
     );
     const token = await apiToken(privateKey);
 
+    // After a normal call, so that a client reusing its connection would be caught retrying.
+    assert.equal((await getTransaction(api.productionUrl, "2000000000000005", token)).status, 200);
     api.script("production", { reset: true });
     await assert.rejects(
       fetch(`${api.productionUrl}/inApps/v1/transactions/2000000000000005`, {
@@ -565,8 +567,14 @@ Deno.test("storea api: a scripted reset makes fetch reject; a delay slows the an
         signal: AbortSignal.timeout(100),
       }),
     );
-    await waitFor(() => api.requests.length === 3);
-    assert.deepEqual(api.requests.map((r) => r.status), [null, 200, null]);
+    await waitFor(() => api.requests.length === 4);
+    assert.deepEqual(api.requests.map((r) => r.status), [200, null, 200, null]);
+
+    api.script("production", { status: 500, times: 3 });
+    api.clearScripts("sandbox");
+    assert.equal((await getTransaction(api.productionUrl, "2000000000000005", token)).status, 500);
+    api.clearScripts();
+    assert.equal((await getTransaction(api.productionUrl, "2000000000000005", token)).status, 200);
   } finally {
     await cleanup();
   }

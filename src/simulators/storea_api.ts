@@ -124,6 +124,8 @@ export interface StoreaApiSimulator {
   ): Promise<string>;
   /** Queues an answer for the next call(s) to `environment`, after earlier queued ones. */
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void;
+  /** Drops the answers still queued for `environment`, or for both when omitted. */
+  clearScripts(environment?: StoreaApiEnvironment): void;
   /** Stops listening, drops open connections and cuts scripted delays short. */
   close(): Promise<void>;
 }
@@ -254,6 +256,12 @@ class ApiSimulator implements StoreaApiSimulator {
 
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void {
     this.#scripts[environment].push({ ...answer, times: answer.times ?? 1 });
+  }
+
+  clearScripts(environment?: StoreaApiEnvironment): void {
+    for (const name of environment ? [environment] : (["production", "sandbox"] as const)) {
+      this.#scripts[name].length = 0;
+    }
   }
 
   close(): Promise<void> {
@@ -404,7 +412,9 @@ function send(res: http.ServerResponse, answer: Answer): void {
     : typeof answer.body === "string"
     ? answer.body
     : JSON.stringify(answer.body);
-  const headers: Record<string, string> = { ...answer.headers };
+  // No keep-alive: fetch silently retries a request whose reused connection is reset, which
+  // would turn one scripted reset into a success. A fresh connection per call is not retried.
+  const headers: Record<string, string> = { Connection: "close", ...answer.headers };
   if (body !== "" && !Object.keys(headers).some((name) => name.toLowerCase() === "content-type")) {
     headers["Content-Type"] = "application/json";
   }
