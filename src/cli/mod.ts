@@ -71,9 +71,40 @@ export const USAGE = `usage: purchase-relay <command>
   storea set-credentials TENANT_ID --bundle-id ID --key-id KID --issuer-id UUID
       --private-key-file PATH [--environment auto|production|sandbox] [--app-id NUMBER]
   storeb set-credentials TENANT_ID --package-name NAME --service-account-file PATH
-      --push-audience AUDIENCE [--push-service-account EMAIL]`;
+      --push-audience AUDIENCE [--push-service-account EMAIL]
+  audit lookup TENANT_ID --subject TRANSACTION_ID_OR_TOKEN [--limit N]`;
 
 const COMMANDS: Record<string, Command> = {
+  // The audit keeps ids only as keyed hashes; this hashes the given id the same way.
+  "audit lookup": async (args, context) => {
+    const parsed = parse(args, { subject: { type: "string" }, limit: { type: "string" } });
+    const tenantId = onePositional(parsed, "TENANT_ID");
+    const subject = required(parsed.values, "subject");
+    const limit = Number(parsed.values.limit ?? "100");
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) {
+      throw new UsageError("--limit must be an integer from 1 to 10000");
+    }
+    const { db, box } = await context.open();
+    await mustFindTenant(db, tenantId);
+    const hash = await box.keyedHash("audit-subject", subject);
+    const rows = await db.sql`
+      SELECT store, outcome, upstream_status, latency_ms, created_at
+      FROM validation_audit
+      WHERE tenant_id = ${tenantId} AND subject_hash = ${hash}
+      ORDER BY created_at DESC, id DESC
+      LIMIT ${limit}`;
+    return {
+      tenantId,
+      subjectHash: hash,
+      entries: rows.map((row) => ({
+        store: row.store,
+        outcome: row.outcome,
+        upstreamStatus: row.upstream_status,
+        latencyMs: row.latency_ms,
+        at: new Date(row.created_at).toISOString(),
+      })),
+    };
+  },
   "version": (args, { config }) => {
     parse(args, {});
     return Promise.resolve({ version: config.version });
