@@ -104,7 +104,7 @@ export interface StoreaApiSimulator {
   readonly productionUrl: string;
   /** Base URL of sandbox (`http://127.0.0.1:PORT/sandbox`). */
   readonly sandboxUrl: string;
-  /** Every call received, in arrival order of their answers. Tests may clear it. */
+  /** Every call received, in the order they were answered (or dropped). Tests may clear it. */
   readonly requests: StoreaApiRequestRecord[];
   /** Number of distinct bearer tokens presented so far, accepted or not. */
   readonly tokensSeen: number;
