@@ -1,0 +1,193 @@
+/**
+ * The event catalog (spec 6, decisions.md 8): every store notification, known or not, gets a
+ * unified `event`, a `reason`, a `platformEvent` and a `subject`. The two tables below are the
+ * whole mapping; `docs/events.md` documents them row by row.
+ */
+
+/** What a delivery says about the notification behind it (spec 2.9). */
+export interface CatalogEntry {
+  /** Unified name, e.g. `subscription.renewed`; `unknown` for anything not in the tables. */
+  event: string;
+  /** Sub-classification: the store A subtype in lower case, a store B refund kind, or null. */
+  reason: string | null;
+  /** The upstream identifier, e.g. `storea.did_renew` or `storeb.subscription.2`. */
+  platformEvent: string;
+  /** The user record the event is about, or null when it is about none. */
+  subject: Subject | null;
+}
+
+/** The user record an event is about (spec 2.9). */
+export interface Subject {
+  /** Store A `originalTransactionId`, store B `purchaseToken`. */
+  key: string;
+  productId: string | null;
+  type: "subscription" | "product";
+}
+
+/** The fields of a verified store A transaction the catalog looks at. */
+export interface StoreaTransactionFacts {
+  originalTransactionId?: unknown;
+  productId?: unknown;
+  type?: unknown;
+}
+
+/**
+ * Store A: notificationType -> event. A function of the subtype where the subtype changes the
+ * meaning; `REVOKE` also depends on the product type and is handled in `classifyStorea`.
+ */
+const STOREA_EVENTS: Record<string, string | ((subtype: string | null) => string)> = {
+  SUBSCRIBED: "subscription.purchased",
+  DID_RENEW: (subtype) =>
+    subtype === "BILLING_RECOVERY" ? "subscription.recovered" : "subscription.renewed",
+  DID_FAIL_TO_RENEW: (subtype) =>
+    subtype === "GRACE_PERIOD" ? "subscription.in_grace_period" : "subscription.on_hold",
+  GRACE_PERIOD_EXPIRED: "subscription.grace_period_expired",
+  DID_CHANGE_RENEWAL_STATUS: (subtype) =>
+    subtype === "AUTO_RENEW_DISABLED"
+      ? "subscription.canceled"
+      : subtype === "AUTO_RENEW_ENABLED"
+      ? "subscription.uncanceled"
+      : "unknown",
+  DID_CHANGE_RENEWAL_PREF: "subscription.product_changed",
+  OFFER_REDEEMED: "subscription.offer_redeemed",
+  PRICE_INCREASE: "subscription.price_increase",
+  RENEWAL_EXTENDED: "subscription.extended",
+  RENEWAL_EXTENSION: "subscription.extension_summary",
+  EXPIRED: "subscription.expired",
+  REVOKE: "subscription.revoked",
+  ONE_TIME_CHARGE: "product.purchased",
+  REFUND: "refund.issued",
+  REFUND_DECLINED: "refund.declined",
+  REFUND_REVERSED: "refund.reversed",
+  CONSUMPTION_REQUEST: "refund.consumption_requested",
+  TEST: "test",
+};
+
+/** Store A types whose events are about no single user record (decisions.md 8). */
+const STOREA_WITHOUT_SUBJECT = new Set(["TEST", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED"]);
+
+/**
+ * Store B subscription notificationType -> event, in Google's published numbering (which differs
+ * from the spec's list at 17 and 20; the platformEvent always carries the number itself).
+ */
+const STOREB_SUBSCRIPTION_EVENTS: Record<number, string> = {
+  1: "subscription.recovered", // SUBSCRIPTION_RECOVERED
+  2: "subscription.renewed", // SUBSCRIPTION_RENEWED
+  3: "subscription.canceled", // SUBSCRIPTION_CANCELED
+  4: "subscription.purchased", // SUBSCRIPTION_PURCHASED
+  5: "subscription.on_hold", // SUBSCRIPTION_ON_HOLD
+  6: "subscription.in_grace_period", // SUBSCRIPTION_IN_GRACE_PERIOD
+  7: "subscription.uncanceled", // SUBSCRIPTION_RESTARTED
+  8: "subscription.price_increase", // SUBSCRIPTION_PRICE_CHANGE_CONFIRMED
+  9: "subscription.extended", // SUBSCRIPTION_DEFERRED
+  10: "subscription.paused", // SUBSCRIPTION_PAUSED
+  11: "subscription.pause_schedule_changed", // SUBSCRIPTION_PAUSE_SCHEDULE_CHANGED
+  12: "subscription.revoked", // SUBSCRIPTION_REVOKED
+  13: "subscription.expired", // SUBSCRIPTION_EXPIRED
+  17: "subscription.product_changed", // SUBSCRIPTION_ITEMS_CHANGED
+  18: "subscription.canceled", // SUBSCRIPTION_CANCELLATION_SCHEDULED
+  19: "subscription.price_increase", // SUBSCRIPTION_PRICE_CHANGE_UPDATED
+  20: "subscription.pending_purchase_canceled", // SUBSCRIPTION_PENDING_PURCHASE_CANCELED
+  22: "subscription.price_increase", // SUBSCRIPTION_PRICE_STEP_UP_CONSENT_UPDATED
+};
+
+/** Store B one-time product notificationType -> event. */
+const STOREB_ONE_TIME_EVENTS: Record<number, string> = {
+  1: "product.purchased", // ONE_TIME_PRODUCT_PURCHASED
+  2: "product.canceled", // ONE_TIME_PRODUCT_CANCELED
+};
+
+/**
+ * Classifies a verified store A notification. `transaction` is its verified nested
+ * `signedTransactionInfo`, or null when the notification has none (TEST, for instance).
+ */
+export function classifyStorea(
+  notification: { notificationType?: unknown; subtype?: unknown },
+  transaction: StoreaTransactionFacts | null,
+): CatalogEntry {
+  const type = typeof notification.notificationType === "string"
+    ? notification.notificationType
+    : "";
+  const subtype = typeof notification.subtype === "string" ? notification.subtype : null;
+  const isSubscription = transaction?.type === "Auto-Renewable Subscription";
+
+  const mapped = STOREA_EVENTS[type];
+  let event = typeof mapped === "function" ? mapped(subtype) : mapped ?? "unknown";
+  if (type === "REVOKE" && transaction !== null && !isSubscription) event = "product.revoked";
+
+  const key = transaction?.originalTransactionId;
+  const subject: Subject | null =
+    event === "unknown" || STOREA_WITHOUT_SUBJECT.has(type) || typeof key !== "string" ? null : {
+      key,
+      productId: typeof transaction?.productId === "string" ? transaction.productId : null,
+      type: isSubscription ? "subscription" : "product",
+    };
+  return {
+    event,
+    reason: subtype === null ? null : subtype.toLowerCase(),
+    platformEvent: `storea.${type.toLowerCase() || "unknown"}`,
+    subject,
+  };
+}
+
+/** Classifies a decoded store B developer notification (spec 2.8). */
+export function classifyStoreb(notification: Record<string, unknown>): CatalogEntry {
+  const subscription = objectOrNull(notification.subscriptionNotification);
+  if (subscription) {
+    const type = subscription.notificationType;
+    const event = typeof type === "number" ? STOREB_SUBSCRIPTION_EVENTS[type] : undefined;
+    const token = subscription.purchaseToken;
+    return {
+      event: event ?? "unknown",
+      reason: null,
+      platformEvent: `storeb.subscription.${typeof type === "number" ? type : "unknown"}`,
+      subject: event && typeof token === "string"
+        ? {
+          key: token,
+          productId: typeof subscription.subscriptionId === "string"
+            ? subscription.subscriptionId
+            : null,
+          type: "subscription",
+        }
+        : null,
+    };
+  }
+  const oneTime = objectOrNull(notification.oneTimeProductNotification);
+  if (oneTime) {
+    const type = oneTime.notificationType;
+    const event = typeof type === "number" ? STOREB_ONE_TIME_EVENTS[type] : undefined;
+    const token = oneTime.purchaseToken;
+    return {
+      event: event ?? "unknown",
+      reason: null,
+      platformEvent: `storeb.one_time_product.${typeof type === "number" ? type : "unknown"}`,
+      subject: event && typeof token === "string"
+        ? {
+          key: token,
+          productId: typeof oneTime.sku === "string" ? oneTime.sku : null,
+          type: "product",
+        }
+        : null,
+    };
+  }
+  const voided = objectOrNull(notification.voidedPurchaseNotification);
+  if (voided) {
+    const refundType = voided.refundType;
+    return {
+      event: "refund.issued",
+      reason: refundType === 1 ? "full_refund" : refundType === 2 ? "partial_refund" : null,
+      platformEvent: "storeb.voided_purchase",
+      subject: null,
+    };
+  }
+  if (objectOrNull(notification.testNotification)) {
+    return { event: "test", reason: null, platformEvent: "storeb.test", subject: null };
+  }
+  return { event: "unknown", reason: null, platformEvent: "storeb.unknown", subject: null };
+}
+
+function objectOrNull(value: unknown): Record<string, unknown> | null {
+  return typeof value === "object" && value !== null && !Array.isArray(value)
+    ? value as Record<string, unknown>
+    : null;
+}
