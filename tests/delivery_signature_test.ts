@@ -1,0 +1,42 @@
+/** The delivery signature (spec 4.7, decisions.md 9). */
+import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
+import { sign, signatureHeader, verifySignature } from "../src/delivery/signature.ts";
+
+const SECRET = "whsec_0123456789abcdef0123456789abcdef";
+const BODY = '{"event":"test","eventId":"evt_01JD3Q8Z9V6B2M4K7T1XW5N0RC"}';
+
+Deno.test("v1 is the hex HMAC-SHA256 of `<t>.<body>` keyed with the secret's UTF-8", () => {
+  const expected = createHmac("sha256", Buffer.from(SECRET, "utf8"))
+    .update(`1700000000.${BODY}`, "utf8").digest("hex");
+  assert.equal(sign(SECRET, 1700000000, BODY), expected);
+  assert.match(expected, /^[0-9a-f]{64}$/);
+  assert.equal(signatureHeader([SECRET], 1700000000, BODY), `t=1700000000,v1=${expected}`);
+});
+
+Deno.test("during a rotation both signatures are sent, the new one first", () => {
+  const header = signatureHeader(["new-secret", "old-secret"], 1700000000, BODY);
+  assert.equal(
+    header,
+    `t=1700000000,v1=${sign("new-secret", 1700000000, BODY)},v1=${
+      sign("old-secret", 1700000000, BODY)
+    }`,
+  );
+  const options = { nowSeconds: 1700000010 };
+  assert.ok(verifySignature("new-secret", header, BODY, options));
+  assert.ok(verifySignature("old-secret", header, BODY, options));
+  assert.ok(!verifySignature("other-secret", header, BODY, options));
+});
+
+Deno.test("a receiver refuses changed bodies, old timestamps and malformed headers", () => {
+  const header = signatureHeader([SECRET], 1700000000, BODY);
+  assert.ok(verifySignature(SECRET, header, BODY, { nowSeconds: 1700000299 }));
+  assert.ok(!verifySignature(SECRET, header, BODY, { nowSeconds: 1700000301 }));
+  assert.ok(!verifySignature(SECRET, header, BODY + " ", { nowSeconds: 1700000000 }));
+  assert.ok(!verifySignature(SECRET, null, BODY));
+  assert.ok(!verifySignature(SECRET, "v1=abc", BODY, { nowSeconds: 1700000000 }));
+  assert.ok(!verifySignature(SECRET, "t=1700000000,v1=zz", BODY, { nowSeconds: 1700000000 }));
+  // The timestamp is part of what is signed: moving it invalidates the signature.
+  const moved = header.replace("t=1700000000", "t=1700000100");
+  assert.ok(!verifySignature(SECRET, moved, BODY, { nowSeconds: 1700000100 }));
+});
