@@ -1,0 +1,550 @@
+/**
+ * A store B (Google Play) simulator for tests, the demo and tenant developers: Google's OAuth
+ * token endpoint for service accounts and the Play Developer API's purchase lookups, served by
+ * one `Deno.serve` on loopback.
+ *
+ * ```ts
+ * const play = await startStorebSimulator();
+ * const account = await createServiceAccount();
+ * await play.addServiceAccount(account);
+ * play.addSubscription({ packageName: "com.example.app", purchaseToken: "tok", purchase: sampleSubscriptionPurchase() });
+ * // run the service with STOREB_API_URL=play.apiUrl STOREB_TOKEN_URL=play.tokenUrl
+ * play.script({ status: 503 }); // the next API call fails once
+ * await play.close();
+ * ```
+ *
+ * The token endpoint checks assertions as Google does (RS256 signature with the account's key,
+ * `iss`, `aud` = its own token URL, the androidpublisher scope, a lifetime of at most an hour);
+ * the API accepts only access tokens it issued, unexpired and not revoked.
+ */
+import { decodeJwt, decodeProtectedHeader, importSPKI, jwtVerify } from "jose";
+import { createPublicKey } from "node:crypto";
+
+const JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+const ANDROIDPUBLISHER_SCOPE = "https://www.googleapis.com/auth/androidpublisher";
+/** Google refuses assertions whose `iat` is further in the future than this. */
+const CLOCK_SKEW_SECONDS = 60;
+const SUBSCRIPTION_PATH =
+  /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/subscriptionsv2\/tokens\/([^/]+)$/;
+const PRODUCT_PATH =
+  /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/products\/([^/]+)\/tokens\/([^/]+)$/;
+
+/** Google's canonical error status for an HTTP status, as its JSON errors carry it. */
+const GOOGLE_STATUS: Record<number, string> = {
+  400: "INVALID_ARGUMENT",
+  401: "UNAUTHENTICATED",
+  403: "PERMISSION_DENIED",
+  404: "NOT_FOUND",
+  409: "ABORTED",
+  429: "RESOURCE_EXHAUSTED",
+  500: "INTERNAL",
+  501: "NOT_IMPLEMENTED",
+  503: "UNAVAILABLE",
+  504: "DEADLINE_EXCEEDED",
+};
+
+/**
+ * Google's SubscriptionPurchaseV2 (purchases.subscriptionsv2.get), the fields the service reads.
+ * Any other field may be added; the service forwards the whole object as `rawResponse`.
+ */
+export interface SubscriptionPurchaseV2 {
+  kind?: string;
+  regionCode?: string;
+  startTime?: string;
+  subscriptionState?: string;
+  latestOrderId?: string;
+  acknowledgementState?: string;
+  externalAccountIdentifiers?: { obfuscatedExternalAccountId?: string; [field: string]: unknown };
+  lineItems?: SubscriptionLineItem[];
+  [field: string]: unknown;
+}
+
+/** One line item of a {@linkcode SubscriptionPurchaseV2}. */
+export interface SubscriptionLineItem {
+  productId?: string;
+  expiryTime?: string;
+  autoRenewingPlan?: {
+    autoRenewEnabled?: boolean;
+    /** Google's Money: `units` is an int64 as a string, `nanos` an int32. */
+    recurringPrice?: { currencyCode?: string; units?: string; nanos?: number };
+    [field: string]: unknown;
+  };
+  offerDetails?: { basePlanId?: string; offerId?: string; [field: string]: unknown };
+  latestSuccessfulOrderId?: string;
+  [field: string]: unknown;
+}
+
+/** Google's ProductPurchase (purchases.products.get). Any other field may be added. */
+export interface ProductPurchase {
+  kind?: string;
+  purchaseTimeMillis?: string;
+  purchaseState?: number;
+  consumptionState?: number;
+  developerPayload?: string;
+  orderId?: string;
+  purchaseType?: number;
+  acknowledgementState?: number;
+  obfuscatedExternalAccountId?: string;
+  regionCode?: string;
+  [field: string]: unknown;
+}
+
+/** A service account the token endpoint knows. Give its public key, or its private key. */
+export interface SimulatedServiceAccount {
+  clientEmail: string;
+  /** SPKI PEM of the account's public key. */
+  publicKeyPem?: string;
+  /** PKCS#8 PEM of the private key; its public half is used. */
+  privateKeyPem?: string;
+  /** When set, an assertion whose `kid` differs is refused, as Google does. */
+  privateKeyId?: string;
+}
+
+/** A subscription purchase to answer for. */
+export interface SimulatedSubscription {
+  packageName: string;
+  purchaseToken: string;
+  purchase: SubscriptionPurchaseV2;
+}
+
+/** A one-time product purchase to answer for. */
+export interface SimulatedProduct {
+  packageName: string;
+  productId: string;
+  purchaseToken: string;
+  purchase: ProductPurchase;
+}
+
+/**
+ * An answer given instead of (or before) the normal one, for the next `times` matching calls.
+ * Scripts are matched in the order they were added.
+ */
+export interface ScriptedAnswer {
+  /** Which endpoint it applies to (default `"api"`). */
+  endpoint?: "api" | "token";
+  /** Only API calls for this purchase token (default: any call to the endpoint). */
+  purchaseToken?: string;
+  /** The status to answer with; absent: the normal answer, after `delayMs`. */
+  status?: number;
+  headers?: Record<string, string>;
+  /** A JSON body; default: Google's error shape for `status`. */
+  body?: unknown;
+  /** A body sent as is, instead of `body` (e.g. an HTML error page). */
+  rawBody?: string;
+  /** Waits this long before answering (even if the caller has hung up meanwhile). */
+  delayMs?: number;
+  /**
+   * Drops the connection instead of answering: status and headers go out, then the connection
+   * is cut before the body, as when a proxy resets it. The caller sees a network error.
+   */
+  reset?: boolean;
+  /** How many calls it applies to (default 1; `Infinity` for all). */
+  times?: number;
+}
+
+/** A call the simulator received. */
+export interface SimulatorRequest {
+  endpoint: "api" | "token" | "other";
+  method: string;
+  /** The path as sent (percent-encoded). */
+  pathname: string;
+}
+
+/** Options of {@linkcode startStorebSimulator}. */
+export interface StorebSimulatorOptions {
+  /** Default 0: any free port. */
+  port?: number;
+  /** Default `127.0.0.1`. */
+  hostname?: string;
+  /** `expires_in` of issued access tokens (default 3599, like Google). */
+  accessTokenLifetimeSeconds?: number;
+}
+
+/** Starts a simulator on loopback. Close it with {@linkcode StorebSimulator.close}. */
+export async function startStorebSimulator(
+  options: StorebSimulatorOptions = {},
+): Promise<StorebSimulator> {
+  const simulator = new StorebSimulator(options);
+  await simulator.listening;
+  return simulator;
+}
+
+/** A running store B simulator; made by {@linkcode startStorebSimulator}. */
+export class StorebSimulator {
+  /** `expires_in` of access tokens issued from now on. */
+  accessTokenLifetimeSeconds: number;
+  /** Resolves once the server listens. */
+  readonly listening: Promise<void>;
+  #server: Deno.HttpServer;
+  #origin = "";
+  #accounts = new Map<string, { key: CryptoKey; keyId: string | null }>();
+  #accessTokens = new Map<string, { clientEmail: string; expiresAt: number; revoked: boolean }>();
+  #purchases = new Map<string, object>();
+  #scripts: (ScriptedAnswer & { remaining: number })[] = [];
+  #requests: SimulatorRequest[] = [];
+  #closing = new AbortController();
+
+  /** Use {@linkcode startStorebSimulator}. */
+  constructor(options: StorebSimulatorOptions = {}) {
+    this.accessTokenLifetimeSeconds = options.accessTokenLifetimeSeconds ?? 3599;
+    const { promise, resolve } = Promise.withResolvers<void>();
+    this.listening = promise;
+    this.#server = Deno.serve({
+      port: options.port ?? 0,
+      hostname: options.hostname ?? "127.0.0.1",
+      onListen: (addr) => {
+        this.#origin = `http://${addr.hostname}:${addr.port}`;
+        resolve();
+      },
+      // A scripted reset errors the body stream on purpose; nothing to report.
+      onError: () => new Response(null, { status: 500 }),
+    }, (request) => this.#handle(request));
+  }
+
+  /** Base URL of the Play Developer API (`STOREB_API_URL`). */
+  get apiUrl(): string {
+    return this.#origin;
+  }
+
+  /** URL of the OAuth token endpoint (`STOREB_TOKEN_URL`); also the `aud` it expects. */
+  get tokenUrl(): string {
+    return `${this.#origin}/token`;
+  }
+
+  /** Calls received by the token endpoint, answered or not. */
+  get tokenRequests(): number {
+    return this.#requests.filter((r) => r.endpoint === "token").length;
+  }
+
+  /** Calls received by the Play Developer API, answered or not. */
+  get apiRequests(): number {
+    return this.#requests.filter((r) => r.endpoint === "api").length;
+  }
+
+  /** Every call received, oldest first. */
+  get requests(): readonly SimulatorRequest[] {
+    return this.#requests;
+  }
+
+  /** Every access token issued so far (to check that none leaks into logs). */
+  get issuedAccessTokens(): string[] {
+    return [...this.#accessTokens.keys()];
+  }
+
+  /** Lets the token endpoint issue tokens to `account`. */
+  async addServiceAccount(account: SimulatedServiceAccount): Promise<void> {
+    let spki = account.publicKeyPem;
+    if (spki === undefined) {
+      if (account.privateKeyPem === undefined) {
+        throw new TypeError("a service account needs publicKeyPem or privateKeyPem");
+      }
+      spki = createPublicKey(account.privateKeyPem).export({ type: "spki", format: "pem" })
+        .toString();
+    }
+    this.#accounts.set(account.clientEmail, {
+      key: await importSPKI(spki, "RS256"),
+      keyId: account.privateKeyId ?? null,
+    });
+  }
+
+  /** Answers purchases.subscriptionsv2.get for this package and token with `purchase`. */
+  addSubscription(subscription: SimulatedSubscription): void {
+    this.#purchases.set(
+      subscriptionKey(subscription.packageName, subscription.purchaseToken),
+      subscription.purchase,
+    );
+  }
+
+  /** Answers purchases.products.get for this package, product and token with `purchase`. */
+  addProduct(product: SimulatedProduct): void {
+    this.#purchases.set(
+      productKey(product.packageName, product.productId, product.purchaseToken),
+      product.purchase,
+    );
+  }
+
+  /** Queues an answer for the next matching calls (see {@linkcode ScriptedAnswer}). */
+  script(answer: ScriptedAnswer): void {
+    this.#scripts.push({ ...answer, remaining: answer.times ?? 1 });
+  }
+
+  /** Forgets every script not used up yet. */
+  clearScripts(): void {
+    this.#scripts = [];
+  }
+
+  /** Revokes every access token issued so far: the API answers 401 to them. */
+  revokeAccessTokens(): void {
+    for (const token of this.#accessTokens.values()) token.revoked = true;
+  }
+
+  /** Stops the server; scripted waits in progress end at once. */
+  async close(): Promise<void> {
+    this.#closing.abort();
+    await this.#server.shutdown();
+  }
+
+  async #handle(request: Request): Promise<Response> {
+    const { pathname } = new URL(request.url);
+    const endpoint = pathname === "/token"
+      ? "token"
+      : pathname.startsWith("/androidpublisher/")
+      ? "api"
+      : "other";
+    this.#requests.push({ endpoint, method: request.method, pathname });
+    if (endpoint === "other") return googleError(404, `no such endpoint: ${pathname}`);
+    const script = this.#takeScript(endpoint, pathname);
+    if (script?.delayMs) await this.#wait(script.delayMs);
+    if (script?.reset) return droppedConnection();
+    if (script?.status !== undefined) return scriptedResponse(endpoint, script);
+    return endpoint === "token" ? await this.#token(request) : this.#api(request, pathname);
+  }
+
+  #takeScript(endpoint: "api" | "token", pathname: string): ScriptedAnswer | undefined {
+    const index = this.#scripts.findIndex((s) =>
+      (s.endpoint ?? "api") === endpoint &&
+      (s.purchaseToken === undefined || purchaseTokenOf(pathname) === s.purchaseToken)
+    );
+    if (index === -1) return undefined;
+    const script = this.#scripts[index];
+    if (--script.remaining <= 0) this.#scripts.splice(index, 1);
+    return script;
+  }
+
+  /** The OAuth token endpoint: the JWT-bearer grant (RFC 7523) as Google runs it. */
+  async #token(request: Request): Promise<Response> {
+    if (request.method !== "POST") {
+      return oauthError(405, "invalid_request", "the token endpoint takes POST");
+    }
+    const form = new URLSearchParams(await request.text());
+    const grantType = form.get("grant_type");
+    if (grantType !== JWT_BEARER_GRANT) {
+      return oauthError(400, "unsupported_grant_type", `Invalid grant_type: ${grantType ?? ""}`);
+    }
+    const assertion = form.get("assertion");
+    if (!assertion) {
+      return oauthError(400, "invalid_request", "Missing required parameter: assertion");
+    }
+    let header, claims;
+    try {
+      header = decodeProtectedHeader(assertion);
+      claims = decodeJwt(assertion);
+    } catch {
+      return oauthError(400, "invalid_grant", "Invalid JWT: malformed");
+    }
+    const account = typeof claims.iss === "string" ? this.#accounts.get(claims.iss) : undefined;
+    if (header.alg !== "RS256") return oauthError(400, "invalid_grant", "Invalid JWT: alg");
+    if (!account) return oauthError(400, "invalid_grant", "Invalid grant: account not found");
+    if (header.kid !== undefined && account.keyId !== null && header.kid !== account.keyId) {
+      return oauthError(400, "invalid_grant", "Invalid JWT Signature.");
+    }
+    try {
+      await jwtVerify(assertion, account.key, {
+        algorithms: ["RS256"],
+        issuer: claims.iss,
+        audience: this.tokenUrl,
+        requiredClaims: ["iat", "exp"],
+      });
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === "ERR_JWS_SIGNATURE_VERIFICATION_FAILED") {
+        return oauthError(400, "invalid_grant", "Invalid JWT Signature.");
+      }
+      if (
+        code === "ERR_JWT_CLAIM_VALIDATION_FAILED" && (error as { claim?: string }).claim === "aud"
+      ) {
+        return oauthError(400, "invalid_grant", "Invalid JWT: Failed audience check.");
+      }
+      return oauthError(400, "invalid_grant", shortLivedMessage());
+    }
+    const now = Math.floor(Date.now() / 1000);
+    const { iat, exp } = claims as { iat: number; exp: number };
+    if (iat > now + CLOCK_SKEW_SECONDS || exp <= now || exp - iat > 3600) {
+      return oauthError(400, "invalid_grant", shortLivedMessage());
+    }
+    const scopes = typeof claims.scope === "string" ? claims.scope.split(" ") : [];
+    if (!scopes.includes(ANDROIDPUBLISHER_SCOPE)) {
+      return oauthError(400, "invalid_scope", "Invalid oauth scope or ID token audience provided.");
+    }
+    const accessToken = `ya29.sim_${randomToken()}`;
+    this.#accessTokens.set(accessToken, {
+      clientEmail: claims.iss as string,
+      expiresAt: Date.now() + this.accessTokenLifetimeSeconds * 1000,
+      revoked: false,
+    });
+    return json(200, {
+      access_token: accessToken,
+      expires_in: this.accessTokenLifetimeSeconds,
+      token_type: "Bearer",
+    });
+  }
+
+  /** The Play Developer API's two purchase lookups. */
+  #api(request: Request, pathname: string): Response {
+    const match = pathname.match(SUBSCRIPTION_PATH) ?? pathname.match(PRODUCT_PATH);
+    if (request.method !== "GET" || !match) {
+      return googleError(404, `no such method: ${request.method} ${pathname}`);
+    }
+    const bearer = /^Bearer (\S+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
+    const issued = bearer === undefined ? undefined : this.#accessTokens.get(bearer);
+    if (!issued || issued.revoked || issued.expiresAt <= Date.now()) {
+      return googleError(
+        401,
+        "Request had invalid authentication credentials. Expected OAuth 2 access token, login " +
+          "cookie or other valid authentication credential.",
+        {
+          "www-authenticate": 'Bearer realm="https://accounts.google.com/", error="invalid_token"',
+        },
+      );
+    }
+    let segments: string[];
+    try {
+      segments = match.slice(1).map(decodeURIComponent);
+    } catch {
+      return googleError(400, "Invalid Value");
+    }
+    const key = segments.length === 2
+      ? subscriptionKey(segments[0], segments[1])
+      : productKey(segments[0], segments[1], segments[2]);
+    const purchase = this.#purchases.get(key);
+    if (!purchase) return googleError(404, "The purchase token was not found.");
+    return json(200, purchase);
+  }
+
+  /** Sleeps `ms`, waking early when the simulator closes. */
+  #wait(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#closing.signal.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#closing.signal.addEventListener("abort", done);
+    });
+  }
+}
+
+/**
+ * A realistic SubscriptionPurchaseV2: an active, acknowledged, auto-renewing monthly plan at
+ * USD 9.99 that started a day ago. `overrides` replace top-level fields.
+ */
+export function sampleSubscriptionPurchase(
+  overrides: SubscriptionPurchaseV2 = {},
+): SubscriptionPurchaseV2 {
+  const now = Date.now();
+  return {
+    kind: "androidpublisher#subscriptionPurchaseV2",
+    regionCode: "US",
+    startTime: new Date(now - 86_400_000).toISOString(),
+    subscriptionState: "SUBSCRIPTION_STATE_ACTIVE",
+    latestOrderId: "GPA.3372-4150-9088-12345",
+    acknowledgementState: "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED",
+    externalAccountIdentifiers: {
+      obfuscatedExternalAccountId: "3f1c2a9e-7b4d-4e21-9a5f-0c8e6d2b1a47",
+    },
+    lineItems: [{
+      productId: "premium_monthly",
+      expiryTime: new Date(now + 29 * 86_400_000).toISOString(),
+      autoRenewingPlan: {
+        autoRenewEnabled: true,
+        recurringPrice: { currencyCode: "USD", units: "9", nanos: 990_000_000 },
+      },
+      offerDetails: { basePlanId: "monthly" },
+      latestSuccessfulOrderId: "GPA.3372-4150-9088-12345",
+    }],
+    ...overrides,
+  };
+}
+
+/**
+ * A realistic ProductPurchase: a purchased, acknowledged, not yet consumed test purchase made a
+ * minute ago. `overrides` replace top-level fields.
+ */
+export function sampleProductPurchase(overrides: ProductPurchase = {}): ProductPurchase {
+  return {
+    kind: "androidpublisher#productPurchase",
+    purchaseTimeMillis: String(Date.now() - 60_000),
+    purchaseState: 0,
+    consumptionState: 0,
+    developerPayload: "",
+    orderId: "GPA.3301-2954-7711-54321",
+    purchaseType: 0,
+    acknowledgementState: 1,
+    obfuscatedExternalAccountId: "8d0e4b52-16a3-4c7f-b9e1-5a2f3c6d7e80",
+    regionCode: "US",
+    ...overrides,
+  };
+}
+
+function subscriptionKey(packageName: string, purchaseToken: string): string {
+  return JSON.stringify(["subscription", packageName, purchaseToken]);
+}
+
+function productKey(packageName: string, productId: string, purchaseToken: string): string {
+  return JSON.stringify(["product", packageName, productId, purchaseToken]);
+}
+
+/** The decoded purchase token of an API path, or null. */
+function purchaseTokenOf(pathname: string): string | null {
+  const match = pathname.match(SUBSCRIPTION_PATH) ?? pathname.match(PRODUCT_PATH);
+  try {
+    return match ? decodeURIComponent(match[match.length - 1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+function scriptedResponse(endpoint: "api" | "token", script: ScriptedAnswer): Response {
+  const status = script.status!;
+  if (script.rawBody !== undefined) {
+    return new Response(script.rawBody, { status, headers: script.headers });
+  }
+  const body = script.body ??
+    (endpoint === "token"
+      ? { error: status === 400 ? "invalid_grant" : "internal_failure" }
+      : googleErrorBody(status, "scripted answer"));
+  return json(status, body, script.headers);
+}
+
+/** A response whose body stream fails: Deno then cuts the connection. */
+function droppedConnection(): Response {
+  const body = new ReadableStream({
+    start(controller) {
+      controller.error(new DOMException("scripted connection reset", "AbortError"));
+    },
+  });
+  return new Response(body, { status: 200, headers: { "content-type": "application/json" } });
+}
+
+function googleErrorBody(status: number, message: string): Record<string, unknown> {
+  const error: Record<string, unknown> = { code: status, message };
+  if (GOOGLE_STATUS[status]) error.status = GOOGLE_STATUS[status];
+  return { error };
+}
+
+function googleError(status: number, message: string, headers?: Record<string, string>): Response {
+  return json(status, googleErrorBody(status, message), headers);
+}
+
+function oauthError(status: number, error: string, description: string): Response {
+  return json(status, { error, error_description: description });
+}
+
+function shortLivedMessage(): string {
+  return "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable " +
+    "timeframe. Check your iat and exp values in the JWT claim.";
+}
+
+function json(status: number, body: unknown, headers?: Record<string, string>): Response {
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json; charset=UTF-8", ...headers },
+  });
+}
+
+function randomToken(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(32));
+  return btoa(String.fromCharCode(...bytes)).replaceAll("+", "-").replaceAll("/", "_")
+    .replace(/=+$/, "");
+}
