@@ -4,7 +4,21 @@
  */
 import type { StorebCredentials } from "../db/credentials.ts";
 import type { StorebVerifyRequest } from "../api/storeb_verify.ts";
-import { ServiceError } from "../errors.ts";
+import { rateLimited, ServiceError } from "../errors.ts";
+import { AccessTokenSource, parseServiceAccount } from "./oauth.ts";
+import { StorebApiClient } from "./api_client.ts";
+import {
+  normalizeProductPurchase,
+  normalizeSubscriptionPurchase,
+  type ProductPurchase,
+  type SubscriptionPurchase,
+} from "./purchase.ts";
+import {
+  googleApiError,
+  parseJsonBody,
+  retryAfterSeconds,
+  type UpstreamResponse,
+} from "./upstream.ts";
 
 /** Where the Play Developer API and its token endpoint are, and how long a call may take. */
 export interface StorebVerifierOptions {
@@ -21,7 +35,7 @@ export type StorebVerifyOutcome =
   | {
     valid: true;
     appUserId: string | null;
-    purchase: Record<string, unknown>;
+    purchase: SubscriptionPurchase | ProductPurchase;
     /** The upstream HTTP status, for the validation audit. */
     upstreamStatus: number;
   }
@@ -35,22 +49,91 @@ export type StorebVerifyOutcome =
 
 /** Verifies store B purchases for any tenant. */
 export class StorebVerifier {
-  #options: StorebVerifierOptions;
+  #timeoutMs: number;
+  #client: StorebApiClient;
 
   constructor(options: StorebVerifierOptions) {
-    this.#options = options;
+    this.#timeoutMs = options.timeoutMs;
+    this.#client = new StorebApiClient({
+      apiUrl: options.apiUrl,
+      tokens: new AccessTokenSource({ tokenUrl: options.tokenUrl, timeoutMs: options.timeoutMs }),
+    });
   }
 
   /** Verifies one purchase with the tenant's credentials. Upstream failures throw. */
-  verify(
-    _credentials: StorebCredentials,
-    _request: StorebVerifyRequest,
+  async verify(
+    credentials: StorebCredentials,
+    request: StorebVerifyRequest,
   ): Promise<StorebVerifyOutcome> {
-    void this.#options;
-    return Promise.reject(
-      new ServiceError("GOOGLE_API_ERROR", "store B verification is not available yet", {
-        details: { status: null, upstreamCode: null },
-      }),
-    );
+    // decisions.md 6: the package is checked before the store is asked.
+    if (request.packageName !== credentials.packageName) {
+      return {
+        valid: false,
+        error: "PACKAGE_NAME_MISMATCH",
+        message: `packageName "${request.packageName}" is not this tenant's package ` +
+          `"${credentials.packageName}"`,
+        upstreamStatus: null,
+      };
+    }
+    const account = parseServiceAccount(credentials.serviceAccountJson);
+    const answer = await this.#client.getPurchase(account, request, {
+      timeoutMs: this.#timeoutMs,
+    });
+    if (answer.status === 200) {
+      const body = parseJsonBody(answer.text);
+      const normalized = request.type === "subscription"
+        ? normalizeSubscriptionPurchase(body, request)
+        : normalizeProductPurchase(body, request);
+      return { valid: true, ...normalized, upstreamStatus: answer.status };
+    }
+    if (answer.status === 404) {
+      return {
+        valid: false,
+        error: "PURCHASE_NOT_FOUND",
+        message: `store B has no ${request.type} purchase with this token: it never existed`,
+        upstreamStatus: 404,
+      };
+    }
+    if (answer.status === 410) {
+      return {
+        valid: false,
+        error: "PURCHASE_NOT_FOUND",
+        message: `this ${request.type} purchase token is no longer valid: consumed, refunded ` +
+          `or expired too long ago`,
+        upstreamStatus: 410,
+      };
+    }
+    if (answer.status === 429) throw quotaExceeded(answer);
+    throw unexpectedAnswer(answer);
   }
+}
+
+/**
+ * 429 `RATE_LIMITED` for the upstream quota. Spec 4.2 sets `details.retryAfterSeconds` only
+ * when the upstream sent a hint, so without one the answer carries neither it nor a
+ * `Retry-After` header: the service does not invent a wait it does not know.
+ */
+function quotaExceeded(answer: UpstreamResponse): ServiceError {
+  const message = "the store B API quota of this service account is exceeded";
+  const seconds = retryAfterSeconds(answer.headers.get("retry-after"));
+  if (seconds === null) {
+    return new ServiceError("RATE_LIMITED", `${message}; retry later`);
+  }
+  return rateLimited(`${message}; retry after the time given`, seconds);
+}
+
+/** 502 `GOOGLE_API_ERROR` for any other status, with Google's own error code when it sent one. */
+function unexpectedAnswer(answer: UpstreamResponse): ServiceError {
+  const body = parseJsonBody(answer.text);
+  const error = typeof body === "object" && body !== null
+    ? (body as { error?: unknown }).error
+    : undefined;
+  const status = typeof error === "object" && error !== null
+    ? (error as { status?: unknown }).status
+    : undefined;
+  const upstreamCode = typeof status === "string" ? status : null;
+  return googleApiError(
+    `the store B API answered HTTP ${answer.status}${upstreamCode ? ` (${upstreamCode})` : ""}`,
+    { status: answer.status, upstreamCode },
+  );
 }

@@ -1,0 +1,136 @@
+/**
+ * The Play Developer API calls of store B verification (decisions.md 6): purchases.subscriptionsv2
+ * and purchases.products, with the retries that are safe for a read: one after a 5xx or a network
+ * failure, and one with a fresh token after a 401, all under one deadline.
+ */
+import { invalidRequest } from "../errors.ts";
+import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
+import {
+  googleApiError,
+  pause,
+  requestUpstream,
+  type UpstreamResponse,
+  UpstreamUnreachable,
+} from "./upstream.ts";
+
+/** The default deadline of one lookup, retries and token requests included. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/** A short breath before retrying a 5xx or a dropped connection. */
+const RETRY_PAUSE_MS = 100;
+
+/** Which purchase to look up. */
+export type PurchaseQuery =
+  | { type: "subscription"; packageName: string; purchaseToken: string }
+  | { type: "product"; packageName: string; productId: string; purchaseToken: string };
+
+/** Options of {@linkcode StorebApiClient}. */
+export interface StorebApiClientOptions {
+  /** `STOREB_API_URL`, without a trailing path. */
+  apiUrl: string;
+  /** Where access tokens come from. */
+  tokens: AccessTokenSource;
+}
+
+/** Options of {@linkcode StorebApiClient.getPurchase}. */
+export interface GetPurchaseOptions {
+  /** The deadline of the whole lookup, retries included (default 10 s). */
+  timeoutMs?: number;
+}
+
+/** The Play Developer API, as far as verification needs it. */
+export class StorebApiClient {
+  #apiUrl: string;
+  #tokens: AccessTokenSource;
+
+  constructor(options: StorebApiClientOptions) {
+    this.#apiUrl = options.apiUrl.replace(/\/+$/, "");
+    this.#tokens = options.tokens;
+  }
+
+  /**
+   * Looks a purchase up and returns the final answer, whatever its status; the caller decides
+   * what a status means. Throws 502 `GOOGLE_API_ERROR` when no answer arrived in time, and the
+   * token source's errors.
+   */
+  async getPurchase(
+    account: ServiceAccount,
+    query: PurchaseQuery,
+    options: GetPurchaseOptions = {},
+  ): Promise<UpstreamResponse> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const url = this.#purchaseUrl(query);
+    let retried = false;
+    let refreshedToken = false;
+    try {
+      while (true) {
+        const token = await this.#tokens.accessToken(account, { signal: deadline });
+        let response: UpstreamResponse;
+        try {
+          response = await requestUpstream(url, {
+            headers: { authorization: `Bearer ${token}`, accept: "application/json" },
+          }, deadline);
+        } catch (error) {
+          if (error instanceof UpstreamUnreachable && !error.timedOut && !retried) {
+            retried = true;
+            await pause(RETRY_PAUSE_MS, deadline);
+            continue;
+          }
+          throw error;
+        }
+        if (response.status === 401 && !refreshedToken) {
+          // The token was revoked or expired early: one retry with a fresh one.
+          refreshedToken = true;
+          this.#tokens.invalidate(account, token);
+          continue;
+        }
+        if (response.status >= 500 && !retried) {
+          retried = true;
+          await pause(RETRY_PAUSE_MS, deadline);
+          continue;
+        }
+        return response;
+      }
+    } catch (error) {
+      if (error instanceof UpstreamUnreachable) {
+        const what = error.timedOut
+          ? `did not answer within ${timeoutMs} ms`
+          : "could not be reached (retried once)";
+        throw googleApiError(`the store B API ${what}`, {
+          status: null,
+          upstreamCode: null,
+          cause: error,
+        });
+      }
+      if (deadline.aborted && error === deadline.reason) {
+        // The deadline passed while waiting for a token or pausing between attempts.
+        throw googleApiError(`the store B API did not answer within ${timeoutMs} ms`, {
+          status: null,
+          upstreamCode: null,
+        });
+      }
+      throw error;
+    }
+  }
+
+  #purchaseUrl(query: PurchaseQuery): string {
+    const app = `${this.#apiUrl}/androidpublisher/v3/applications/${
+      pathSegment(query.packageName)
+    }/purchases`;
+    const token = pathSegment(query.purchaseToken);
+    return query.type === "subscription"
+      ? `${app}/subscriptionsv2/tokens/${token}`
+      : `${app}/products/${pathSegment(query.productId)}/tokens/${token}`;
+  }
+}
+
+/**
+ * `value` as one URL path segment. "." and ".." cannot be one: URL parsers resolve them, which
+ * would send the request to another path. No package, product or token is named so.
+ */
+function pathSegment(value: string): string {
+  if (value === "." || value === "..") {
+    throw invalidRequest(`"${value}" is not a package name, product id or purchase token`);
+  }
+  return encodeURIComponent(value);
+}
