@@ -7,7 +7,11 @@
  * const play = await startStorebSimulator();
  * const account = await createServiceAccount();
  * await play.addServiceAccount(account);
- * play.addSubscription({ packageName: "com.example.app", purchaseToken: "tok", purchase: sampleSubscriptionPurchase() });
+ * play.addSubscription({
+ *   packageName: "com.example.app",
+ *   purchaseToken: "tok",
+ *   purchase: sampleSubscriptionPurchase(),
+ * });
  * // run the service with STOREB_API_URL=play.apiUrl STOREB_TOKEN_URL=play.tokenUrl
  * play.script({ status: 503 }); // the next API call fails once
  * await play.close();

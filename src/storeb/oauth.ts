@@ -158,9 +158,12 @@ export class AccessTokenSource {
     if (response.status !== 200) {
       // The OAuth error code (RFC 6749 5.2), e.g. invalid_grant for a refused assertion.
       const upstreamCode = typeof fields.error === "string" ? fields.error : null;
+      const refused = response.status === 400 || response.status === 401
+        ? ": the assertion was refused (is the key current and the account enabled?)"
+        : "";
       throw googleApiError(
-        `the store B token endpoint refused the service account's assertion ` +
-          `(HTTP ${response.status}${upstreamCode ? `, ${upstreamCode}` : ""})`,
+        `the store B token endpoint answered HTTP ${response.status}` +
+          `${upstreamCode ? ` (${upstreamCode})` : ""}${refused}`,
         { status: response.status, upstreamCode },
       );
     }
