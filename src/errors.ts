@@ -57,11 +57,19 @@ export function invalidRequest(message: string, details?: Record<string, unknown
   return new ServiceError("INVALID_REQUEST", message, { details });
 }
 
-/** 429 `RATE_LIMITED` with both the header and the body field of spec 7. */
-export function rateLimited(message: string, retryAfterSeconds: number): ServiceError {
+/**
+ * 429 `RATE_LIMITED` with both the header and the body field of spec 7; `upstreamStatus` when the
+ * limit was the store's.
+ */
+export function rateLimited(
+  message: string,
+  retryAfterSeconds: number,
+  options: { upstreamStatus?: number } = {},
+): ServiceError {
   const seconds = Math.max(1, Math.ceil(retryAfterSeconds));
   return new ServiceError("RATE_LIMITED", message, {
     details: { retryAfterSeconds: seconds },
     headers: { "Retry-After": String(seconds) },
+    upstreamStatus: options.upstreamStatus,
   });
 }

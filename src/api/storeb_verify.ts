@@ -3,7 +3,12 @@ import { z } from "zod";
 import type { StorebVerifier } from "../storeb/verify.ts";
 import type { Route } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
-import { admitVerifyRequest, credentialsMissing, type VerifyDeps } from "./verify_common.ts";
+import {
+  admitVerifyRequest,
+  credentialsMissing,
+  runVerification,
+  type VerifyDeps,
+} from "./verify_common.ts";
 
 /** The request body of spec 4.2; unknown fields are refused. */
 export const storebVerifyRequest = z.strictObject({
@@ -28,8 +33,15 @@ export function storebVerifyRoute(deps: StorebVerifyDeps): Route {
     pattern: "/v1/storeb/verify",
     handler: async (request, context) => {
       const admitted = await admitVerifyRequest(request, context, deps, storebVerifyRequest);
-      if (admitted.credentials.storeb === null) throw credentialsMissing("storeb");
-      const outcome = await deps.storeb.verify(admitted.credentials.storeb, admitted.body);
+      const credentials = admitted.credentials.storeb;
+      if (credentials === null) throw credentialsMissing("storeb");
+      const { packageName, productId, purchaseToken, type } = admitted.body;
+      const outcome = await runVerification(deps, {
+        tenantId: admitted.tenantId,
+        store: "storeb",
+        subject: purchaseToken,
+        variant: `${type}\0${packageName}\0${productId}`,
+      }, () => deps.storeb.verify(credentials, admitted.body));
       if (!outcome.valid) {
         return jsonResponse(200, {
           valid: false,

@@ -3,7 +3,7 @@
  * the verify endpoint needs. One call is retried once when Apple says to try again (5xx,
  * errorCode 5000001) or the connection broke, within the caller's deadline.
  */
-import { ServiceError } from "../errors.ts";
+import { rateLimited, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 
@@ -143,12 +143,7 @@ function appleRateLimited(retryAfter: string | null): ServiceError {
   if (!Number.isFinite(until)) {
     return new ServiceError("RATE_LIMITED", message, { upstreamStatus: 429 });
   }
-  const seconds = Math.max(1, Math.ceil((until - Date.now()) / 1000));
-  return new ServiceError("RATE_LIMITED", message, {
-    details: { retryAfterSeconds: seconds },
-    headers: { "Retry-After": String(seconds) },
-    upstreamStatus: 429,
-  });
+  return rateLimited(message, (until - Date.now()) / 1000, { upstreamStatus: 429 });
 }
 
 function parseObject(text: string): Record<string, unknown> | null {

@@ -117,9 +117,9 @@ function quotaExceeded(answer: UpstreamResponse): ServiceError {
   const message = "the store B API quota of this service account is exceeded";
   const seconds = retryAfterSeconds(answer.headers.get("retry-after"));
   if (seconds === null) {
-    return new ServiceError("RATE_LIMITED", `${message}; retry later`);
+    return new ServiceError("RATE_LIMITED", `${message}; retry later`, { upstreamStatus: 429 });
   }
-  return rateLimited(`${message}; retry after the time given`, seconds);
+  return rateLimited(`${message}; retry after the time given`, seconds, { upstreamStatus: 429 });
 }
 
 /** 502 `GOOGLE_API_ERROR` for any other status, with Google's own error code when it sent one. */
