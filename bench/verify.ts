@@ -1,0 +1,1199 @@
+/**
+ * `POST /v1/storea/verify` and `POST /v1/storeb/verify` end to end on loopback with no added
+ * upstream latency, each side by side in one run with a baseline that makes the same upstream call
+ * and nothing else (`bench/bare_verify_proxy.ts`).
+ *
+ * Processes and cores (the machine has 2):
+ * - core 0: the server under test alone, first the baseline, then the service;
+ * - core 1: `wrk` and the upstream (`bench/verify_upstream.ts`), each its own process.
+ * The server under test is what is compared, so it gets a core nobody else uses; the load
+ * generator and the upstream are the same for both servers, and the benchmark records how busy
+ * core 1 was, to show whether they, rather than the server, set the pace.
+ *
+ * The service runs as `deno task start` would run it (same permissions, `main.ts serve`) on a
+ * temporary PostgreSQL database that is dropped afterwards, with `NODE_ENV=production`,
+ * `LOG_LEVEL=info` (one `http_request` line per request, written to a file in the temporary
+ * directory, so the logging is part of what is measured) and a rate limit raised out of the way.
+ * The upstream (`bench/verify_upstream.ts`) answers `transactions` distinct ids (store A: each with
+ * its own JWS, signed once before timing; store B: subscription purchase tokens); the wrk script
+ * cycles through the ids, each thread through its own residue class, so no two requests in flight
+ * ask for the same id and the service's coalescing of identical requests never helps it. Every
+ * answer is checked by the wrk script: status 200 and `"valid":true` (the baseline: the upstream's
+ * own body); any other answer, non-2xx status or socket error fails the run.
+ *
+ * Run it:
+ *
+ *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/verify.ts
+ *
+ * Flags: `--json` also prints every figure as JSON, `--duration S` and `--warmup S` change the
+ * length of the runs, `--keep-temp` keeps the temporary directory (logs, keys, wrk script).
+ * `BENCH_DATABASE_URL` names the PostgreSQL server to create the database on (default
+ * `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk` and `taskset`.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import postgres from "postgres";
+import { importPKCS8, SignJWT } from "jose";
+import { MissingToolError, parseWrk } from "./health.ts";
+import {
+  type IdPattern,
+  STOREA_IDS,
+  type StoreaUpstreamReady,
+  STOREB_IDS,
+  type StorebUpstreamReady,
+  upstreamId,
+  type UpstreamReady,
+} from "./verify_upstream.ts";
+import { createServiceAccount } from "../src/simulators/service_account.ts";
+
+/** Options of {@linkcode runVerifyBenchmark}. */
+export interface VerifyBenchmarkOptions {
+  /** Length of each measured wrk run; 10 s by default. */
+  durationSeconds?: number;
+  /** Length of the unmeasured wrk run before it; 3 s by default. */
+  warmupSeconds?: number;
+  /** Open connections; 100 by default. */
+  connections?: number;
+  /** wrk threads; 2 by default. */
+  threads?: number;
+  /** The core the server under test runs on; 0 by default. */
+  serverCore?: number;
+  /** The core wrk and the upstream run on; 1 by default. */
+  loadCore?: number;
+  /** Distinct transactions the upstream answers; 20,000 by default. */
+  transactions?: number;
+  /** PostgreSQL to create the temporary database on; `BENCH_DATABASE_URL` or local by default. */
+  databaseUrl?: string;
+  /** The stores to measure, in this order; both by default. */
+  stores?: StoreName[];
+  /** Keep the temporary directory (logs, keys, wrk script). */
+  keepTemp?: boolean;
+  /** Where progress lines go; standard error by default. */
+  progress?: (line: string) => void;
+}
+
+/** The figures of one server under load. */
+export interface VerifyTargetResult {
+  name: string;
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** The largest VmRSS of the server's deno process sampled every 250 ms during the measured run. */
+  peakRssMb: number;
+  /** VmHWM (peak since the process started, boot included) at the end of the run. */
+  hwmMb: number;
+  /** The VmRSS samples of the measured run, in MiB, every 250 ms: growth or a plateau. */
+  rssSamplesMb: number[];
+  /** Requests wrk completed in the measured run. */
+  requests: number;
+  /** Answers the wrk script found right (200 and the expected body) in the measured run. */
+  checkedGood: number;
+  /** Answers it found wrong. */
+  checkedBad: number;
+  /** wrk's count of statuses outside 2xx and 3xx. */
+  non2xx: number;
+  /** wrk's connect, read, write and timeout errors, added up. */
+  socketErrors: number;
+  /** CPU time of the server per second of the run (1 = a whole core). */
+  serverCpuCores: number;
+  /** CPU time of the upstream per second of the run. */
+  upstreamCpuCores: number;
+  /** How busy the server's core and the load core were (0 to 1), whoever used them. */
+  serverCoreBusy: number;
+  loadCoreBusy: number;
+  /** `http_request` lines in the service's stdout file (the whole run); null for the baseline. */
+  httpRequestLogLines: number | null;
+}
+
+/** The two stores: App Store (A) and Google Play (B). */
+export type StoreName = "storea" | "storeb";
+
+/** The outcome for one store. */
+export interface StoreVerifyResult {
+  store: StoreName;
+  endpoint: string;
+  /** How long the upstream took to get ready (store A: make its PKI and sign every transaction). */
+  upstreamSetupMs: number;
+  bare: VerifyTargetResult;
+  service: VerifyTargetResult;
+  /** service req/s divided by baseline req/s. */
+  rpsRatio: number;
+  /** service p99 divided by baseline p99. */
+  p99Ratio: number;
+  goal: {
+    minRpsRatio: number;
+    maxP99Ratio: number;
+    maxRssMb: number;
+    rpsMet: boolean;
+    p99Met: boolean;
+    rssMet: boolean;
+  };
+}
+
+/** What {@linkcode runVerifyBenchmark} returns. */
+export interface VerifyBenchmarkResult {
+  startedAt: string;
+  machine: {
+    cpus: number;
+    os: string;
+    deno: string;
+    wrk: string;
+    /** How busy the two cores were over one second before the run (0 to 1). */
+    busyBefore: { serverCore: number; loadCore: number };
+  };
+  settings: Required<
+    Omit<VerifyBenchmarkOptions, "keepTemp" | "progress" | "databaseUrl" | "stores">
+  >;
+  stores: StoreVerifyResult[];
+}
+
+/** The goal: the service keeps at least this share of the baseline's req/s. */
+export const MIN_RPS_RATIO = 0.6;
+/** The goal: the service's p99 is at most this many times the baseline's. */
+export const MAX_P99_RATIO = 1.5;
+/** The goal: the service's peak RSS under load stays under this many MiB. */
+export const MAX_RSS_MB = 150;
+
+/** Thrown when the run saw a wrong answer: the figures would not be of a verification. */
+export class WrongAnswersError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "WrongAnswersError";
+  }
+}
+
+const ROOT = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
+/** The service's permissions, as in `deno task start` (with the data directory made temporary). */
+const SERVICE_PERMISSIONS = [
+  "--allow-net",
+  "--allow-env",
+  "--allow-read",
+  "--allow-sys=hostname,osRelease",
+];
+const BUNDLE_ID = "com.example.app";
+const PACKAGE_NAME = "com.example.app";
+const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
+const KEY_ID = "ABC123DEFG";
+/** Far above what one tenant can send here: the rate limiter must not be what is measured. */
+const RATE_LIMIT = "1000000";
+const decoder = new TextDecoder();
+
+type Settings = VerifyBenchmarkResult["settings"];
+type Progress = (line: string) => void;
+
+/** Runs the benchmark for each store whose upstream exists: baseline first, then the service. */
+export async function runVerifyBenchmark(
+  options: VerifyBenchmarkOptions = {},
+): Promise<VerifyBenchmarkResult> {
+  const settings: Settings = {
+    durationSeconds: options.durationSeconds ?? 10,
+    warmupSeconds: options.warmupSeconds ?? 3,
+    connections: options.connections ?? 100,
+    threads: options.threads ?? 2,
+    serverCore: options.serverCore ?? 0,
+    loadCore: options.loadCore ?? 1,
+    transactions: options.transactions ?? 20_000,
+  };
+  const progress = options.progress ??
+    ((line: string) => Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`)));
+  const wrkVersion = await checkTools();
+  const startedAt = new Date().toISOString();
+  const idleStart = await coreTicks();
+  await sleep(1000);
+  const idleEnd = await coreTicks();
+  const busyBefore = {
+    serverCore: busyShare(idleStart, idleEnd, settings.serverCore),
+    loadCore: busyShare(idleStart, idleEnd, settings.loadCore),
+  };
+  if (busyBefore.serverCore > 0.1 || busyBefore.loadCore > 0.1) {
+    progress(
+      `other processes keep the cores busy (core ${settings.serverCore} ${
+        pct(busyBefore.serverCore)
+      }, core ${settings.loadCore} ${pct(busyBefore.loadCore)}): expect noisy figures`,
+    );
+  }
+
+  const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-verify-" });
+  const database = await createDatabase(
+    options.databaseUrl ?? Deno.env.get("BENCH_DATABASE_URL") ??
+      "postgres://postgres@127.0.0.1:5432/postgres",
+  );
+  try {
+    progress(`temporary database ${database.name}, temp dir ${tmp}`);
+    const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${KEY_ID}.p8`);
+    const storebAccountFile = `${tmp}/service-account.json`;
+    await Deno.writeTextFile(storebAccountFile, (await createServiceAccount()).json);
+    const serviceEnv = {
+      DATABASE_URL: database.url,
+      DATA_DIR: `${tmp}/data`,
+      NODE_ENV: "production",
+      ENCRYPTION_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))),
+      LOG_LEVEL: "info",
+      RATE_LIMIT_PER_SECOND: RATE_LIMIT,
+      RATE_LIMIT_BURST: RATE_LIMIT,
+    };
+    await Deno.mkdir(serviceEnv.DATA_DIR);
+    const tenant = await createTenant(serviceEnv, { storeaKeyFile, storebAccountFile });
+    progress(`tenant ${tenant.tenantId} with store A and store B credentials`);
+
+    const context = { settings, progress, tmp, serviceEnv, apiKey: tenant.apiKey };
+    const stores: StoreVerifyResult[] = [];
+    for (const store of options.stores ?? ["storea", "storeb"]) {
+      const spec = store === "storea"
+        ? storeaSpec(tmp, storeaKeyFile)
+        : storebSpec(storebAccountFile);
+      stores.push(await benchStore(context, spec));
+    }
+    const failures = stores.flatMap((store) =>
+      [store.bare, store.service].filter((target) =>
+        target.non2xx > 0 || target.checkedBad > 0 || target.socketErrors > 0 ||
+        target.checkedGood < target.requests
+      ).map((target) =>
+        `${store.store} ${target.name}: ${target.non2xx} non-2xx, ${target.checkedBad} wrong ` +
+        `bodies, ${target.socketErrors} socket errors, ${target.checkedGood} of ` +
+        `${target.requests} answers checked right`
+      )
+    );
+    if (failures.length > 0) {
+      throw new WrongAnswersError(`wrong answers under load:\n${failures.join("\n")}`);
+    }
+    return {
+      startedAt,
+      machine: {
+        cpus: navigator.hardwareConcurrency,
+        os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
+        deno: Deno.version.deno,
+        wrk: wrkVersion,
+        busyBefore,
+      },
+      settings,
+      stores,
+    };
+  } finally {
+    await database.drop();
+    if (!options.keepTemp) await Deno.remove(tmp, { recursive: true }).catch(() => {});
+  }
+}
+
+/** The markdown table of one store's result. */
+export function formatVerifyTable(result: StoreVerifyResult): string {
+  const row = (target: VerifyTargetResult, rps: string, p99: string) =>
+    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
+      target.p99Ms.toFixed(2)
+    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
+  return [
+    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    row(result.bare, "1.00", "1.00"),
+    row(result.service, result.rpsRatio.toFixed(2), result.p99Ratio.toFixed(2)),
+  ].join("\n");
+}
+
+/** One line per goal, saying whether it is met, then where the CPU went. */
+export function formatVerifyGoal(result: StoreVerifyResult): string {
+  const { goal, service, bare } = result;
+  const mark = (met: boolean) => (met ? "met" : "NOT met");
+  const cpu = (target: VerifyTargetResult) =>
+    `${target.name}: server ${target.serverCpuCores.toFixed(2)} cores, upstream ${
+      target.upstreamCpuCores.toFixed(2)
+    } cores, core busy ${pct(target.serverCoreBusy)} (server) / ${
+      pct(target.loadCoreBusy)
+    } (wrk + upstream)`;
+  return [
+    `- req/s at least ${pct(goal.minRpsRatio)} of baseline: ${pct(result.rpsRatio)}, ${
+      mark(goal.rpsMet)
+    }`,
+    `- p99 at most ${goal.maxP99Ratio}x baseline: ${result.p99Ratio.toFixed(2)}x, ${
+      mark(goal.p99Met)
+    }`,
+    `- peak RSS under ${goal.maxRssMb} MB: ${service.peakRssMb.toFixed(1)} MB, ${
+      mark(goal.rssMet)
+    }`,
+    `- ${cpu(bare)}`,
+    `- ${cpu(service)}`,
+  ].join("\n");
+}
+
+// --- stores --------------------------------------------------------------------------------------
+
+interface StoreContext {
+  settings: Settings;
+  progress: Progress;
+  tmp: string;
+  serviceEnv: Record<string, string>;
+  apiKey: string;
+}
+
+/** What differs between the stores' runs. */
+interface StoreSpec {
+  store: StoreName;
+  label: string;
+  /** The verify route, e.g. `/v1/storea/verify`. */
+  path: string;
+  ids: IdPattern;
+  /** The request body is `bodyPrefix + id + bodySuffix`. */
+  bodyPrefix: string;
+  bodySuffix: string;
+  /** Arguments of `bench/verify_upstream.ts`, the count excepted. */
+  upstreamArgs: string[];
+  /** What the bare proxy needs: upstream URL and token. */
+  bareEnv(ready: UpstreamReady): Promise<Record<string, string>>;
+  /** What the service needs to reach the upstream. */
+  serviceEnv(ready: UpstreamReady): Record<string, string>;
+  /** What every right answer of the baseline (the upstream's own body) holds. */
+  bareMarker: string;
+}
+
+function storeaSpec(tmp: string, keyFile: string): StoreSpec {
+  return {
+    store: "storea",
+    label: "store A",
+    path: "/v1/storea/verify",
+    ids: STOREA_IDS,
+    bodyPrefix: '{"transactionId":"',
+    bodySuffix: '"}',
+    upstreamArgs: [
+      `--allow-write=${tmp}`,
+      `${ROOT}/bench/verify_upstream.ts`,
+      "storea",
+      "--dir",
+      tmp,
+      "--key-file",
+      keyFile,
+      "--issuer-id",
+      ISSUER_ID,
+      "--key-id",
+      KEY_ID,
+      "--bundle-id",
+      BUNDLE_ID,
+    ],
+    bareEnv: async (ready) => ({
+      STOREA_URL: (ready as StoreaUpstreamReady).productionUrl,
+      STOREA_TOKEN: await signStoreaToken(keyFile),
+    }),
+    serviceEnv: (ready) => {
+      const storea = ready as StoreaUpstreamReady;
+      return {
+        STOREA_API_URL_PRODUCTION: storea.productionUrl,
+        STOREA_API_URL_SANDBOX: storea.sandboxUrl,
+        STOREA_ROOT_CERTS: storea.rootPemPath,
+      };
+    },
+    bareMarker: '"signedTransactionInfo":"',
+  };
+}
+
+function storebSpec(accountFile: string): StoreSpec {
+  return {
+    store: "storeb",
+    label: "store B",
+    path: "/v1/storeb/verify",
+    ids: STOREB_IDS,
+    bodyPrefix: `{"packageName":"${PACKAGE_NAME}","productId":"premium_monthly",` +
+      `"type":"subscription","purchaseToken":"`,
+    bodySuffix: '"}',
+    upstreamArgs: [
+      `${ROOT}/bench/verify_upstream.ts`,
+      "storeb",
+      "--account-file",
+      accountFile,
+      "--package-name",
+      PACKAGE_NAME,
+    ],
+    bareEnv: async (ready) => ({
+      STOREB_URL: (ready as StorebUpstreamReady).apiUrl,
+      STOREB_TOKEN: await fetchStorebAccessToken(
+        accountFile,
+        (ready as StorebUpstreamReady).tokenUrl,
+      ),
+    }),
+    serviceEnv: (ready) => ({
+      STOREB_API_URL: (ready as StorebUpstreamReady).apiUrl,
+      STOREB_TOKEN_URL: (ready as StorebUpstreamReady).tokenUrl,
+    }),
+    bareMarker: '"kind":"androidpublisher#subscriptionPurchaseV2"',
+  };
+}
+
+/** Starts the store's upstream, then measures the baseline and the service against it. */
+async function benchStore(context: StoreContext, spec: StoreSpec): Promise<StoreVerifyResult> {
+  const { settings, progress, tmp } = context;
+  progress(`${spec.label}: starting the upstream with ${settings.transactions} purchases`);
+  const upstream = spawnPinned({
+    core: settings.loadCore,
+    args: [
+      "run",
+      "--allow-net=127.0.0.1",
+      "--allow-read",
+      ...spec.upstreamArgs,
+      "--count",
+      String(settings.transactions),
+    ],
+    env: {},
+    stdoutPath: `${tmp}/${spec.store}-upstream.out`,
+    stderrPath: `${tmp}/${spec.store}-upstream.err`,
+  });
+  try {
+    const ready: UpstreamReady = JSON.parse(
+      await waitForLine(upstream, (line) => line.startsWith("{")),
+    );
+    progress(
+      `${spec.label}: upstream pid ${upstream.pid}, ${ready.count} purchases ready in ${
+        (ready.setupMs / 1000).toFixed(1)
+      } s`,
+    );
+    const script = await writeWrkScript(`${tmp}/${spec.store}.lua`, spec, context.apiKey);
+    const target = (name: string, start: () => Promise<Server>, marker: string): Target => ({
+      name,
+      start,
+      marker,
+      script,
+      upstreamPid: upstream.pid,
+      check: (url) => checkAnswer(url, spec, context.apiKey, marker),
+    });
+    const bareEnv = await spec.bareEnv(ready);
+    // Each process writes its own files: a later run must not find an earlier "listening" line.
+    const prefix = `${tmp}/${spec.store}-`;
+    const bare = await measure(
+      settings,
+      progress,
+      target("bare proxy", () => startBare(prefix, settings, bareEnv), spec.bareMarker),
+    );
+    const service = await measure(
+      settings,
+      progress,
+      target(
+        "purchase-relay",
+        () => startService(prefix, settings, { ...context.serviceEnv, ...spec.serviceEnv(ready) }),
+        '"valid":true',
+      ),
+    );
+    return summarize(spec.store, `POST ${spec.path}`, ready.setupMs, bare, service);
+  } finally {
+    await stop(upstream);
+  }
+}
+
+/** One request as a client sends it, checked as the wrk script checks every answer. */
+async function checkAnswer(
+  url: string,
+  spec: StoreSpec,
+  apiKey: string,
+  marker: string,
+): Promise<void> {
+  const response = await fetch(`${url}${spec.path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: `${spec.bodyPrefix}${upstreamId(spec.ids, 0)}${spec.bodySuffix}`,
+  });
+  const body = await response.text();
+  if (response.status !== 200 || !body.includes(marker)) {
+    throw new Error(`${url}${spec.path} answered ${response.status}: ${body.slice(0, 500)}`);
+  }
+}
+
+/** An App Store Server API token as the service signs it, for the baseline to send. */
+async function signStoreaToken(keyFile: string): Promise<string> {
+  const key = await importPKCS8(await Deno.readTextFile(keyFile), "ES256");
+  const issuedAt = Math.floor(Date.now() / 1000) - 5;
+  return await new SignJWT({ bid: BUNDLE_ID })
+    .setProtectedHeader({ alg: "ES256", kid: KEY_ID, typ: "JWT" })
+    .setIssuer(ISSUER_ID)
+    .setIssuedAt(issuedAt)
+    .setExpirationTime(issuedAt + 3600)
+    .setAudience("appstoreconnect-v1")
+    .sign(key);
+}
+
+/** An access token for the baseline, from the simulator's token endpoint (JWT-bearer grant). */
+async function fetchStorebAccessToken(accountFile: string, tokenUrl: string): Promise<string> {
+  const account = JSON.parse(await Deno.readTextFile(accountFile));
+  const key = await importPKCS8(account.private_key, "RS256");
+  const issuedAt = Math.floor(Date.now() / 1000);
+  const assertion = await new SignJWT({ scope: "https://www.googleapis.com/auth/androidpublisher" })
+    .setProtectedHeader({ alg: "RS256", kid: account.private_key_id, typ: "JWT" })
+    .setIssuer(account.client_email)
+    .setAudience(tokenUrl)
+    .setIssuedAt(issuedAt)
+    .setExpirationTime(issuedAt + 3600)
+    .sign(key);
+  const response = await fetch(tokenUrl, {
+    method: "POST",
+    body: new URLSearchParams({
+      grant_type: "urn:ietf:params:oauth:grant-type:jwt-bearer",
+      assertion,
+    }),
+  });
+  const body = await response.json();
+  if (!response.ok || typeof body.access_token !== "string") {
+    throw new Error(`the token endpoint answered ${response.status}: ${JSON.stringify(body)}`);
+  }
+  return body.access_token;
+}
+
+/** A new EC P-256 key in PKCS#8 PEM, as App Store Connect hands out `.p8` files. */
+async function writeStoreaKey(path: string): Promise<string> {
+  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+    "sign",
+    "verify",
+  ]);
+  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
+  const base64 = btoa(String.fromCharCode(...der)).match(/.{1,64}/g)!.join("\n");
+  await Deno.writeTextFile(
+    path,
+    `-----BEGIN PRIVATE KEY-----\n${base64}\n-----END PRIVATE KEY-----\n`,
+  );
+  return path;
+}
+
+function summarize(
+  store: StoreName,
+  endpoint: string,
+  upstreamSetupMs: number,
+  bare: VerifyTargetResult,
+  service: VerifyTargetResult,
+): StoreVerifyResult {
+  const rpsRatio = service.requestsPerSecond / bare.requestsPerSecond;
+  const p99Ratio = service.p99Ms / bare.p99Ms;
+  return {
+    store,
+    endpoint,
+    upstreamSetupMs,
+    bare,
+    service,
+    rpsRatio,
+    p99Ratio,
+    goal: {
+      minRpsRatio: MIN_RPS_RATIO,
+      maxP99Ratio: MAX_P99_RATIO,
+      maxRssMb: MAX_RSS_MB,
+      rpsMet: rpsRatio >= MIN_RPS_RATIO,
+      p99Met: p99Ratio <= MAX_P99_RATIO,
+      rssMet: service.peakRssMb < MAX_RSS_MB,
+    },
+  };
+}
+
+// --- database and tenant -------------------------------------------------------------------------
+
+interface TemporaryDatabase {
+  name: string;
+  url: string;
+  drop(): Promise<void>;
+}
+
+async function createDatabase(adminUrl: string): Promise<TemporaryDatabase> {
+  const name = `pr_bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return {
+    name,
+    url: url.toString(),
+    async drop() {
+      const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      try {
+        await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await admin.end();
+      }
+    },
+  };
+}
+
+/** Migrates, then makes a tenant, a live API key and both stores' credentials through the CLI. */
+async function createTenant(
+  env: Record<string, string>,
+  files: { storeaKeyFile: string; storebAccountFile: string },
+): Promise<{ tenantId: string; apiKey: string }> {
+  await runCli(["migrate"], env);
+  const tenant = await runCli(["tenant", "create", "--name", "Bench tenant"], env);
+  const tenantId = String(tenant.id);
+  const key = await runCli(["key", "create", tenantId, "--env", "live"], env);
+  await runCli([
+    "storea",
+    "set-credentials",
+    tenantId,
+    "--bundle-id",
+    BUNDLE_ID,
+    "--key-id",
+    KEY_ID,
+    "--issuer-id",
+    ISSUER_ID,
+    "--private-key-file",
+    files.storeaKeyFile,
+  ], env);
+  await runCli([
+    "storeb",
+    "set-credentials",
+    tenantId,
+    "--package-name",
+    PACKAGE_NAME,
+    "--service-account-file",
+    files.storebAccountFile,
+    "--push-audience",
+    "https://relay.example.com/push",
+  ], env);
+  return { tenantId, apiKey: String(key.key) };
+}
+
+async function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      ...SERVICE_PERMISSIONS,
+      `--allow-write=${env.DATA_DIR}`,
+      `${ROOT}/main.ts`,
+      ...args,
+    ],
+    cwd: ROOT,
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!output.success) {
+    throw new Error(`main.ts ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
+  }
+  return JSON.parse(decoder.decode(output.stdout));
+}
+
+// --- servers -------------------------------------------------------------------------------------
+
+interface Server {
+  /** The pid of the deno process itself. */
+  pid: number;
+  url: string;
+  stdoutPath: string;
+  stderrPath: string;
+  status: Promise<Deno.CommandStatus>;
+  kill(signal: Deno.Signal): void;
+}
+
+interface Target {
+  name: string;
+  start: () => Promise<Server>;
+  /** What every right answer body holds. */
+  marker: string;
+  script: string;
+  upstreamPid: number;
+  /** One request through the server, before any timing. */
+  check: (url: string) => Promise<void>;
+}
+
+async function measure(
+  settings: Settings,
+  progress: Progress,
+  target: Target,
+): Promise<VerifyTargetResult> {
+  const { name } = target;
+  progress(`${name}: starting`);
+  let server: Server | undefined = await target.start();
+  try {
+    await target.check(server.url);
+    progress(`${name}: pid ${server.pid} on ${server.url}, warming up ${settings.warmupSeconds} s`);
+    await runWrk(server.url, target, settings, settings.warmupSeconds);
+    progress(`${name}: measuring ${settings.durationSeconds} s`);
+    const cpuBefore = await cpuSeconds(server.pid);
+    const upstreamBefore = await cpuSeconds(target.upstreamPid);
+    const coresBefore = await coreTicks();
+    const sampling = sampleRss(server.pid);
+    const wrk = await runWrk(server.url, target, settings, settings.durationSeconds).finally(
+      () => sampling.stop(),
+    );
+    const coresAfter = await coreTicks();
+    const serverCpu = await cpuSeconds(server.pid) - cpuBefore;
+    const upstreamCpu = await cpuSeconds(target.upstreamPid) - upstreamBefore;
+    const rssSamplesKb = await sampling.samplesKb;
+    const memory = await readMemory(server.pid);
+    const stdoutPath = server.stdoutPath;
+    const isService = name !== "bare proxy";
+    await stop(server);
+    server = undefined;
+    const result: VerifyTargetResult = {
+      name,
+      ...wrk,
+      peakRssMb: Math.max(...rssSamplesKb) / 1024,
+      rssSamplesMb: rssSamplesKb.map((kb) => Math.round(kb / 102.4) / 10),
+      hwmMb: memory.hwmKb / 1024,
+      serverCpuCores: serverCpu / settings.durationSeconds,
+      upstreamCpuCores: upstreamCpu / settings.durationSeconds,
+      serverCoreBusy: busyShare(coresBefore, coresAfter, settings.serverCore),
+      loadCoreBusy: busyShare(coresBefore, coresAfter, settings.loadCore),
+      httpRequestLogLines: isService ? await countHttpRequestLines(stdoutPath) : null,
+    };
+    progress(
+      `${name}: ${
+        result.requestsPerSecond.toFixed(0)
+      } req/s, p50 ${result.p50Ms} ms, p99 ${result.p99Ms} ms, peak RSS ${
+        result.peakRssMb.toFixed(1)
+      } MB (VmHWM ${result.hwmMb.toFixed(1)}), ` +
+        `server CPU ${result.serverCpuCores.toFixed(2)} cores, upstream CPU ${
+          result.upstreamCpuCores.toFixed(2)
+        } cores, core ${settings.serverCore} ${
+          pct(result.serverCoreBusy)
+        } busy, core ${settings.loadCore} ${
+          pct(result.loadCoreBusy)
+        } busy; ${result.checkedGood} right, ${result.checkedBad} ` +
+        `wrong, ${result.non2xx} non-2xx, ${result.socketErrors} socket errors` +
+        (isService ? `; ${result.httpRequestLogLines} http_request lines` : ""),
+    );
+    if (isService && result.httpRequestLogLines! < result.requests) {
+      throw new Error(
+        `the service wrote ${result.httpRequestLogLines} http_request lines for ` +
+          `${result.requests} measured requests: its logging is not what is being measured`,
+      );
+    }
+    return result;
+  } finally {
+    if (server) await stop(server);
+  }
+}
+
+async function startBare(
+  prefix: string,
+  settings: Settings,
+  env: Record<string, string>,
+): Promise<Server> {
+  const port = freePort();
+  const server = spawnPinned({
+    core: settings.serverCore,
+    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/bench/bare_verify_proxy.ts`],
+    env: { ...env, PORT: String(port), HOST: "127.0.0.1" },
+    stdoutPath: `${prefix}bare.out`,
+    stderrPath: `${prefix}bare.err`,
+  });
+  server.url = `http://127.0.0.1:${port}`;
+  await waitUntil(server, async () => {
+    try {
+      const response = await fetch(server.url);
+      await response.body?.cancel();
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  return server;
+}
+
+async function startService(
+  prefix: string,
+  settings: Settings,
+  env: Record<string, string>,
+): Promise<Server> {
+  const server = spawnPinned({
+    core: settings.serverCore,
+    args: [
+      "run",
+      ...SERVICE_PERMISSIONS,
+      `--allow-write=${env.DATA_DIR}`,
+      `${ROOT}/main.ts`,
+      "serve",
+    ],
+    env: { ...env, PORT: "0", HOST: "127.0.0.1" },
+    stdoutPath: `${prefix}service.out`,
+    stderrPath: `${prefix}service.err`,
+  });
+  const listening = JSON.parse(
+    await waitForLine(server, (line) => {
+      if (!line.startsWith("{")) return false;
+      const record = JSON.parse(line);
+      if (record.level === "fatal") throw new Error(`the service did not start: ${line}`);
+      return record.msg === "listening";
+    }),
+  );
+  server.url = `http://127.0.0.1:${listening.port}`;
+  return server;
+}
+
+/** The variables a deno child needs to find its cache; nothing else of ours leaks in. */
+function inheritedEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (
+    const name of [
+      "PATH",
+      "HOME",
+      "DENO_DIR",
+      "DENO_V8_FLAGS",
+      "XDG_CACHE_HOME",
+      "TMPDIR",
+      "NPM_CONFIG_REGISTRY",
+    ]
+  ) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
+}
+
+/**
+ * Starts `deno ARGS` pinned to `core`, with stdout and stderr going to files. `sh` redirects and
+ * `exec`s taskset, which `exec`s deno, so the pid of the child is the pid of deno itself.
+ */
+function spawnPinned(spec: {
+  core: number;
+  args: string[];
+  env: Record<string, string>;
+  stdoutPath: string;
+  stderrPath: string;
+}): Server {
+  const child = new Deno.Command("sh", {
+    args: [
+      "-c",
+      'out="$1"; err="$2"; shift 2; exec "$@" >"$out" 2>"$err"',
+      "sh",
+      spec.stdoutPath,
+      spec.stderrPath,
+      "taskset",
+      "-c",
+      String(spec.core),
+      Deno.execPath(),
+      ...spec.args,
+    ],
+    cwd: ROOT,
+    env: { ...inheritedEnv(), ...spec.env },
+    clearEnv: true,
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  return {
+    pid: child.pid,
+    url: "",
+    stdoutPath: spec.stdoutPath,
+    stderrPath: spec.stderrPath,
+    status: child.status,
+    kill: (signal) => child.kill(signal),
+  };
+}
+
+/** The first line of the process's stdout that `matches`; see {@linkcode waitUntil}. */
+async function waitForLine(server: Server, matches: (line: string) => boolean): Promise<string> {
+  let found: string | undefined;
+  await waitUntil(server, async () => {
+    const text = await Deno.readTextFile(server.stdoutPath).catch(() => "");
+    found = text.split("\n").find((line) => line.endsWith("}") && matches(line));
+    return found !== undefined;
+  });
+  return found!;
+}
+
+/**
+ * Polls `ready` until it holds; fails if the process exits or 120 s go by, and then stops the
+ * process so that no server outlives a failed start.
+ */
+async function waitUntil(server: Server, ready: () => Promise<boolean>): Promise<void> {
+  let exited: Deno.CommandStatus | undefined;
+  server.status.then((status) => (exited = status));
+  try {
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      if (await ready()) return;
+      if (exited) {
+        const stderr = await Deno.readTextFile(server.stderrPath).catch(() => "");
+        throw new Error(`pid ${server.pid} exited with ${exited.code}: ${stderr.slice(-2000)}`);
+      }
+      await sleep(100);
+    }
+    throw new Error(`pid ${server.pid} was not ready within 120 s`);
+  } catch (error) {
+    if (!exited) await stop(server);
+    throw error;
+  }
+}
+
+async function stop(server: Server): Promise<void> {
+  try {
+    server.kill("SIGTERM");
+  } catch {
+    return; // already gone
+  }
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = await Promise.race([
+    server.status.then(() => false),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 15_000))),
+  ]);
+  clearTimeout(timer);
+  if (timedOut) {
+    try {
+      server.kill("SIGKILL");
+    } catch {
+      // exited meanwhile
+    }
+    await server.status;
+  }
+}
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// --- /proc ---------------------------------------------------------------------------------------
+// Deno refuses to read /proc/<pid>/ without --allow-all, so these go through `cat`.
+
+async function run(command: string, args: string[]): Promise<string> {
+  const output = await new Deno.Command(command, { args, stdout: "piped", stderr: "piped" })
+    .output();
+  if (!output.success) {
+    throw new Error(`${command} ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
+  }
+  return decoder.decode(output.stdout);
+}
+
+async function readMemory(pid: number): Promise<{ hwmKb: number; rssKb: number }> {
+  const status = await run("cat", [`/proc/${pid}/status`]);
+  const field = (name: string) => {
+    const match = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status);
+    if (!match) throw new Error(`no ${name} in /proc/${pid}/status`);
+    return Number(match[1]);
+  };
+  return { hwmKb: field("VmHWM"), rssKb: field("VmRSS") };
+}
+
+/** Samples VmRSS of `pid` every 250 ms until stopped, and once more then. */
+function sampleRss(pid: number): { stop(): void; samplesKb: Promise<number[]> } {
+  let running = true;
+  const samplesKb = (async () => {
+    const samples: number[] = [];
+    while (running) {
+      samples.push((await readMemory(pid)).rssKb);
+      await sleep(250);
+    }
+    samples.push((await readMemory(pid)).rssKb);
+    return samples;
+  })();
+  return { stop: () => (running = false), samplesKb };
+}
+
+/** User and system CPU time of `pid`, in seconds (clock ticks of 1/100 s on Linux). */
+async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await run("cat", [`/proc/${pid}/stat`]);
+  // Fields after the command name, which is in parentheses and may hold spaces.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+type CoreTicks = Map<number, { total: number; idle: number }>;
+
+/** Busy and idle clock ticks of each core, from /proc/stat. */
+async function coreTicks(): Promise<CoreTicks> {
+  const ticks: CoreTicks = new Map();
+  for (const line of (await run("cat", ["/proc/stat"])).split("\n")) {
+    const match = /^cpu(\d+)\s+(.*)$/.exec(line);
+    if (!match) continue;
+    const values = match[2].trim().split(/\s+/).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    const total = values.slice(0, 8).reduce((sum, n) => sum + n, 0);
+    ticks.set(Number(match[1]), { total, idle: values[3] + values[4] });
+  }
+  return ticks;
+}
+
+/** The share of time `core` was busy between two readings of /proc/stat. */
+function busyShare(before: CoreTicks, after: CoreTicks, core: number): number {
+  const a = before.get(core);
+  const b = after.get(core);
+  if (!a || !b) return NaN;
+  const total = b.total - a.total;
+  return total > 0 ? 1 - (b.idle - a.idle) / total : NaN;
+}
+
+function pct(share: number): string {
+  return `${(share * 100).toFixed(0)}%`;
+}
+
+async function countHttpRequestLines(path: string): Promise<number> {
+  const needle = '"msg":"http_request"';
+  using file = await Deno.open(path);
+  const textDecoder = new TextDecoder();
+  let count = 0;
+  let carry = "";
+  for await (const chunk of file.readable) {
+    const text = carry + textDecoder.decode(chunk, { stream: true });
+    let at = text.indexOf(needle);
+    while (at !== -1) {
+      count++;
+      at = text.indexOf(needle, at + needle.length);
+    }
+    carry = text.slice(-(needle.length - 1));
+  }
+  return count;
+}
+
+// --- wrk -----------------------------------------------------------------------------------------
+
+async function checkTools(): Promise<string> {
+  let version = "unknown";
+  for (const [tool, install] of [["wrk", "wrk"], ["taskset", "util-linux"]]) {
+    try {
+      const output = await new Deno.Command(tool, {
+        args: tool === "wrk" ? ["-v"] : ["-V"],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      if (tool === "wrk") {
+        const text = decoder.decode(output.stdout) + decoder.decode(output.stderr);
+        version = /wrk\s+(\S+)/.exec(text)?.[1] ?? "unknown";
+      }
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) {
+        throw new MissingToolError(
+          `${tool} is not installed. Install it with:\n\n    apt-get update && apt-get install -y ${install}\n\n(as root, or with sudo), then run the benchmark again.`,
+        );
+      }
+      throw error;
+    }
+  }
+  return version;
+}
+
+/**
+ * The wrk script: POSTs the store's request body with the API key, thread `t` of `T` taking ids
+ * t, t+T, t+2T, ... (modulo the count), so two requests in flight never share an id; and checks
+ * every answer (status 200 and `marker` in the body), reporting the counts from `done`.
+ * Arguments after `--`: thread count, id count, marker.
+ */
+async function writeWrkScript(path: string, spec: StoreSpec, apiKey: string): Promise<string> {
+  // Lua long strings take the JSON fragments as they are, quotes included.
+  const literal = (text: string) => `[==[${text}]==]`;
+  const script = `-- Written by bench/verify.ts for ${spec.path}.
+local threads = {}
+local thread_count = 0
+
+function setup(thread)
+  thread:set("first", thread_count)
+  thread_count = thread_count + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  step = tonumber(args[1])
+  count = tonumber(args[2])
+  marker = args[3]
+  index = first
+  good = 0
+  bad = 0
+  headers = {
+    ["content-type"] = "application/json",
+    ["authorization"] = ${literal(`Bearer ${apiKey}`)},
+  }
+end
+
+function request()
+  local id = ${literal(spec.ids.prefix)} .. string.format("%09d", index % count) .. ${
+    literal(spec.ids.suffix)
+  }
+  index = index + step
+  return wrk.format("POST", ${literal(spec.path)}, headers, ${literal(spec.bodyPrefix)} .. id .. ${
+    literal(spec.bodySuffix)
+  })
+end
+
+function response(status, headers, body)
+  if status == 200 and string.find(body, marker, 1, true) then
+    good = good + 1
+  else
+    bad = bad + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local total_good, total_bad = 0, 0
+  for _, thread in ipairs(threads) do
+    total_good = total_good + thread:get("good")
+    total_bad = total_bad + thread:get("bad")
+  end
+  io.write(string.format("checked: good %d bad %d\\n", total_good, total_bad))
+end
+`;
+  await Deno.writeTextFile(path, script);
+  return path;
+}
+
+async function runWrk(
+  url: string,
+  target: Target,
+  settings: Settings,
+  seconds: number,
+): Promise<ReturnType<typeof parseWrk> & { checkedGood: number; checkedBad: number }> {
+  if (settings.transactions % settings.threads !== 0) {
+    // Otherwise the threads' residue classes overlap after a wrap and two could share an id.
+    throw new Error("transactions must be a multiple of threads");
+  }
+  const args = [
+    "-c",
+    String(settings.loadCore),
+    "wrk",
+    `-t${settings.threads}`,
+    `-c${settings.connections}`,
+    `-d${seconds}s`,
+    "--latency",
+    "-s",
+    target.script,
+    url,
+    "--",
+    String(settings.threads),
+    String(settings.transactions),
+    target.marker,
+  ];
+  const output = await new Deno.Command("taskset", { args, stdout: "piped", stderr: "piped" })
+    .output();
+  const text = decoder.decode(output.stdout);
+  if (!output.success) {
+    throw new Error(`wrk failed (${output.code}): ${text}${decoder.decode(output.stderr)}`);
+  }
+  const checked = /^checked: good (\d+) bad (\d+)$/m.exec(text);
+  if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
+  return {
+    ...parseWrk(text),
+    checkedGood: Number(checked[1]),
+    checkedBad: Number(checked[2]),
+  };
+}
+
+// --- main ----------------------------------------------------------------------------------------
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      json: { type: "boolean", default: false },
+      "keep-temp": { type: "boolean", default: false },
+      duration: { type: "string" },
+      warmup: { type: "string" },
+    },
+  });
+  try {
+    const result = await runVerifyBenchmark({
+      durationSeconds: values.duration === undefined ? undefined : Number(values.duration),
+      warmupSeconds: values.warmup === undefined ? undefined : Number(values.warmup),
+      keepTemp: values["keep-temp"],
+    });
+    for (const store of result.stores) {
+      console.log(`## ${store.endpoint}\n`);
+      console.log(formatVerifyTable(store));
+      console.log();
+      console.log(formatVerifyGoal(store));
+      console.log();
+    }
+    if (values.json) console.log(JSON.stringify(result, null, 2));
+  } catch (error) {
+    console.error(error instanceof MissingToolError ? error.message : error);
+    Deno.exit(1);
+  }
+}
