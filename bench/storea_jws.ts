@@ -1,0 +1,290 @@
+/**
+ * Store A JWS verifications per second: ours (`StoreaJwsVerifier.verify`) against Apple's
+ * official library (`SignedDataVerifier.verifyAndDecodeNotification`, offline), on the same real
+ * App Store Server Notification, in the same process, one verification at a time.
+ *
+ * Both verify the outer `signedPayload` only: ours by design (nested JWS are verified by the
+ * caller), Apple's because `verifyAndDecodeNotification` calls `verifyJWT` on the signedPayload
+ * alone (dist/jws_verification.js of 3.1.0). With `enableOnlineChecks` false Apple's library keeps
+ * no cache, so it checks the certificate chain on every call; ours checks a chain once and
+ * remembers it, then costs one ES256 verification and the decoding of the JWS.
+ *
+ * The rounds alternate ours and Apple's, so that a burst of noise from other processes falls on
+ * both. As context it also times one raw ES256 WebCrypto verification of the same signing input
+ * with the same leaf key, and the base64url decoding of the JWS as `src/storea/jws.ts` does it.
+ *
+ * Run it (from the repository root, with the test vectors in `../shared/vectors/` beside it):
+ *
+ *     deno run --allow-read bench/storea_jws.ts [--rounds 5] [--count 300] [--json]
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { Buffer } from "node:buffer";
+import { X509Certificate } from "node:crypto";
+import { StoreaJwsVerifier } from "../src/storea/jws.ts";
+
+type AppleLibrary = typeof import("./apple_store_server_library.d.ts");
+
+/** Options of {@linkcode runJwsBenchmark}. */
+export interface JwsBenchmarkOptions {
+  /** Measured rounds of each verifier; 5 by default. */
+  rounds?: number;
+  /** Sequential verifications per round; 300 by default. */
+  count?: number;
+  /** Unmeasured verifications of each before the first round; 100 by default. */
+  warmup?: number;
+  /** Where progress lines go; standard error by default. */
+  progress?: (line: string) => void;
+}
+
+/** The timing of one verifier over all rounds. */
+export interface VerifierTiming {
+  name: string;
+  /** Verifications per second in each round. */
+  roundsOpsPerSecond: number[];
+  /** Verifications per second over all rounds together. */
+  opsPerSecond: number;
+  /** Mean time of one verification, in microseconds. */
+  meanMicros: number;
+}
+
+/** What {@linkcode runJwsBenchmark} returns. */
+export interface JwsBenchmarkResult {
+  startedAt: string;
+  machine: { cpus: number; os: string; deno: string; v8: string };
+  vector: string;
+  settings: Required<Omit<JwsBenchmarkOptions, "progress">>;
+  ours: VerifierTiming;
+  apple: VerifierTiming;
+  /** ours ops/s divided by Apple's. */
+  ratio: number;
+  /** The same ratio in each round, to show how stable it was. */
+  roundRatios: number[];
+  /** One `crypto.subtle.verify` (ECDSA P-256, SHA-256) of the JWS's signing input, in µs. */
+  es256Micros: number;
+  /** Decoding the JWS's header and payload as `src/storea/jws.ts` does, in µs. */
+  decodeMicros: number;
+  goal: { minRatio: number; met: boolean };
+}
+
+/**
+ * Apple's library, a benchmark-only dependency pinned here rather than in the service's import map
+ * (it is in deno.lock). It is imported dynamically through a constant so that `deno check` leaves
+ * it out of the type-checked graph: its package depends on `@types/node@25`, and with that in the
+ * graph Deno types every `node:` module with it, whose `CryptoKey` clashes with the web one in
+ * jose's signatures across src/. Its types are declared in `apple_store_server_library.d.ts`.
+ */
+const APPLE_LIBRARY = "npm:@apple/app-store-server-library@3.1.0";
+
+/** The goal: ours verifies at least this many times as many JWS per second as Apple's. */
+export const MIN_RATIO = 5;
+
+const VECTORS = new URL("../../shared/vectors/storea/", import.meta.url);
+const VECTOR_FILE = "real-sandbox/notification-01.jws";
+const ROOT_FILE = "roots/AppleRootCA-G3.cer";
+/** The app the real notifications belong to (shared/vectors/README.md). */
+const BUNDLE_ID = "com.loki-project.loki-messenger";
+const APP_APPLE_ID = 1470168868;
+
+/** Times both verifiers on the real notification; throws if either does not verify it. */
+export async function runJwsBenchmark(
+  options: JwsBenchmarkOptions = {},
+): Promise<JwsBenchmarkResult> {
+  const settings = {
+    rounds: options.rounds ?? 5,
+    count: options.count ?? 300,
+    warmup: options.warmup ?? 100,
+  };
+  const progress = options.progress ??
+    ((line: string) => Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`)));
+  const jws = (await Deno.readTextFile(new URL(VECTOR_FILE, VECTORS))).trim();
+  const rootDer = await Deno.readFile(new URL(ROOT_FILE, VECTORS));
+
+  const { Environment, SignedDataVerifier }: AppleLibrary = await import(APPLE_LIBRARY);
+  // The built-in pin is Apple Root CA - G3, the root this notification's chain ends in.
+  const ours = new StoreaJwsVerifier();
+  const apple = new SignedDataVerifier(
+    [Buffer.from(rootDer)],
+    false,
+    Environment.SANDBOX,
+    BUNDLE_ID,
+    APP_APPLE_ID,
+  );
+  const verifyOurs = () => ours.verify(jws);
+  const verifyApple = () => apple.verifyAndDecodeNotification(jws);
+
+  // Both must accept the vector and read the same notification, or the timing means nothing.
+  const oursPayload = await verifyOurs();
+  const applePayload = await verifyApple();
+  if (oursPayload.notificationUUID !== applePayload.notificationUUID) {
+    throw new Error(
+      `the verifiers disagree: ${oursPayload.notificationUUID} vs ${applePayload.notificationUUID}`,
+    );
+  }
+  progress(
+    `both verify ${VECTOR_FILE} (${jws.length} characters), notification ${applePayload.notificationUUID}`,
+  );
+
+  for (let i = 0; i < settings.warmup; i++) {
+    await verifyOurs();
+    await verifyApple();
+  }
+  const oursRounds: number[] = [];
+  const appleRounds: number[] = [];
+  for (let round = 0; round < settings.rounds; round++) {
+    // Which goes first alternates, so neither always runs right after the other's garbage.
+    const order = round % 2 === 0 ? ["ours", "apple"] : ["apple", "ours"];
+    for (const which of order) {
+      const seconds = await timeSequential(
+        which === "ours" ? verifyOurs : verifyApple,
+        settings.count,
+      );
+      (which === "ours" ? oursRounds : appleRounds).push(seconds);
+    }
+    progress(
+      `round ${round + 1}: ours ${(settings.count / oursRounds[round]).toFixed(0)}/s, Apple's ${
+        (settings.count / appleRounds[round]).toFixed(0)
+      }/s`,
+    );
+  }
+
+  const timing = (name: string, rounds: number[]): VerifierTiming => {
+    const total = rounds.reduce((sum, seconds) => sum + seconds, 0);
+    return {
+      name,
+      roundsOpsPerSecond: rounds.map((seconds) => settings.count / seconds),
+      opsPerSecond: (settings.count * rounds.length) / total,
+      meanMicros: (total / (settings.count * rounds.length)) * 1e6,
+    };
+  };
+  const oursTiming = timing("ours (StoreaJwsVerifier.verify)", oursRounds);
+  const appleTiming = timing(
+    "Apple's (SignedDataVerifier.verifyAndDecodeNotification)",
+    appleRounds,
+  );
+  const ratio = oursTiming.opsPerSecond / appleTiming.opsPerSecond;
+  return {
+    startedAt: new Date().toISOString(),
+    machine: {
+      cpus: navigator.hardwareConcurrency,
+      os: `${Deno.build.os} ${Deno.build.arch}`,
+      deno: Deno.version.deno,
+      v8: Deno.version.v8,
+    },
+    vector: VECTOR_FILE,
+    settings,
+    ours: oursTiming,
+    apple: appleTiming,
+    ratio,
+    roundRatios: oursRounds.map((seconds, i) => appleRounds[i] / seconds),
+    es256Micros: await es256Micros(jws, settings.count * 2),
+    decodeMicros: decodeMicros(jws, settings.count * 10),
+    goal: { minRatio: MIN_RATIO, met: ratio >= MIN_RATIO },
+  };
+}
+
+/** The markdown table of a result. */
+export function formatJwsTable(result: JwsBenchmarkResult): string {
+  const row = (timing: VerifierTiming, ratio: string) =>
+    `| ${timing.name} | ${timing.opsPerSecond.toFixed(0)} | ${
+      timing.meanMicros.toFixed(0)
+    } | ${ratio} |`;
+  return [
+    "| verifier | verifications/s | mean µs | vs Apple's |",
+    "| --- | ---: | ---: | ---: |",
+    row(result.ours, result.ratio.toFixed(2)),
+    row(result.apple, "1.00"),
+  ].join("\n");
+}
+
+/** The goal line and the context figures. */
+export function formatJwsGoal(result: JwsBenchmarkResult): string {
+  return [
+    `- ours at least ${result.goal.minRatio}x Apple's: ${result.ratio.toFixed(2)}x, ${
+      result.goal.met ? "met" : "NOT met"
+    } (per round: ${result.roundRatios.map((r) => r.toFixed(2)).join(", ")})`,
+    `- one raw ES256 WebCrypto verify of the same signing input: ${
+      result.es256Micros.toFixed(0)
+    } µs`,
+    `- decoding the header and payload as src/storea/jws.ts does: ${
+      result.decodeMicros.toFixed(0)
+    } µs`,
+  ].join("\n");
+}
+
+async function timeSequential(verify: () => Promise<unknown>, count: number): Promise<number> {
+  const started = performance.now();
+  for (let i = 0; i < count; i++) await verify();
+  return (performance.now() - started) / 1000;
+}
+
+/**
+ * One ES256 verification with WebCrypto and nothing else: the leaf's key from x5c[0], the
+ * JWS's signature (JWS and WebCrypto both use raw r || s) over its signing input.
+ */
+async function es256Micros(jws: string, count: number): Promise<number> {
+  const [header, payload, signature] = jws.split(".");
+  const leaf = new X509Certificate(
+    decodeBase64(JSON.parse(new TextDecoder().decode(decodeBase64(header))).x5c[0]),
+  );
+  const spki = leaf.publicKey.export({ type: "spki", format: "der" });
+  const key = await crypto.subtle.importKey(
+    "spki",
+    new Uint8Array(spki),
+    { name: "ECDSA", namedCurve: "P-256" },
+    false,
+    ["verify"],
+  );
+  const data = new TextEncoder().encode(`${header}.${payload}`);
+  const signatureBytes = decodeBase64(signature);
+  const algorithm = { name: "ECDSA", hash: "SHA-256" };
+  if (!await crypto.subtle.verify(algorithm, key, signatureBytes, data)) {
+    throw new Error("the raw ES256 check does not verify the vector");
+  }
+  for (let i = 0; i < 50; i++) await crypto.subtle.verify(algorithm, key, signatureBytes, data);
+  const started = performance.now();
+  for (let i = 0; i < count; i++) await crypto.subtle.verify(algorithm, key, signatureBytes, data);
+  return ((performance.now() - started) / count) * 1000;
+}
+
+/** The header and payload decoded with the expression `decodeBase64` of src/storea/jws.ts uses. */
+function decodeMicros(jws: string, count: number): number {
+  const [header, payload] = jws.split(".");
+  const decodeAsJwsTs = (text: string) =>
+    Uint8Array.from(atob(text.replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
+  for (let i = 0; i < 50; i++) decodeAsJwsTs(header);
+  const started = performance.now();
+  for (let i = 0; i < count; i++) {
+    decodeAsJwsTs(header);
+    decodeAsJwsTs(payload);
+  }
+  return ((performance.now() - started) / count) * 1000;
+}
+
+function decodeBase64(text: string): Uint8Array<ArrayBuffer> {
+  const binary = atob(text.replaceAll("-", "+").replaceAll("_", "/"));
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+if (import.meta.main) {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      rounds: { type: "string" },
+      count: { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+  const result = await runJwsBenchmark({
+    rounds: values.rounds === undefined ? undefined : Number(values.rounds),
+    count: values.count === undefined ? undefined : Number(values.count),
+  });
+  console.log(`## Store A JWS verification (${result.vector})\n`);
+  console.log(formatJwsTable(result));
+  console.log();
+  console.log(formatJwsGoal(result));
+  if (values.json) console.log(`\n${JSON.stringify(result, null, 2)}`);
+}
