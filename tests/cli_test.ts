@@ -8,6 +8,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { join } from "node:path";
 import {
   type CliResult,
+  createTenantWithKey,
   ENGINE,
   freshDatabase,
   runCli,
@@ -790,5 +791,23 @@ Deno.test("cli: works with no service running, and a service started later sees 
   } finally {
     if (service) await stopAndDrop(service);
     else await db.drop();
+  }
+});
+
+Deno.test("cli: a key other than the database's is refused before anything is written", async () => {
+  const service = await startService();
+  try {
+    const { tenantId } = await createTenantWithKey(service);
+    const otherKey = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
+    const refused = await runCli(["tenant", "create", "--name", "Wrong key"], {
+      ...service.env,
+      ENCRYPTION_KEY: otherKey,
+    });
+    assert.equal(refused.code, 1);
+    assert.equal(JSON.parse(refused.stderr).error, "ENCRYPTION_KEY_MISMATCH");
+    const listed = ok(await service.cli("tenant", "list"), "tenant list");
+    assert.deepEqual(listed.tenants.map((t: Json) => t.id), [tenantId]);
+  } finally {
+    await stopAndDrop(service);
   }
 });

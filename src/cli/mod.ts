@@ -11,7 +11,7 @@ import { connectDatabase, type Database } from "../db/connect.ts";
 import { migrate } from "../db/migrate.ts";
 import { base64url, SecretBox } from "../crypto/secrets.ts";
 import { loadMasterKey } from "../master_key.ts";
-import { ensureEncryptionCanary } from "../db/settings.ts";
+import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "../db/settings.ts";
 import {
   findTenant,
   insertTenant,
@@ -332,6 +332,14 @@ export async function openForCli(config: Config, log: Logger) {
   try {
     const applied = await migrate(db.sql);
     await ensureEncryptionCanary(db.sql, box);
+    // A wrong key would seal secrets that the service can never open: refuse before any write.
+    const canary = await readEncryptionCanary(db.sql);
+    if (canary === null || !await canaryOpens(box, canary)) {
+      throw new CommandError(
+        "ENCRYPTION_KEY_MISMATCH",
+        "ENCRYPTION_KEY is not the key this database was set up with; nothing was changed",
+      );
+    }
     return { db, box, applied };
   } catch (error) {
     await db.close().catch(() => {});
