@@ -248,11 +248,10 @@ async function es256Micros(jws: string, count: number): Promise<number> {
   return ((performance.now() - started) / count) * 1000;
 }
 
-/** The header and payload decoded with the expression `decodeBase64` of src/storea/jws.ts uses. */
+/** The header and payload decoded as `decodeBase64` of src/storea/jws.ts does. */
 function decodeMicros(jws: string, count: number): number {
   const [header, payload] = jws.split(".");
-  const decodeAsJwsTs = (text: string) =>
-    Uint8Array.from(atob(text.replaceAll("-", "+").replaceAll("_", "/")), (c) => c.charCodeAt(0));
+  const decodeAsJwsTs = (text: string) => Uint8Array.fromBase64(text, { alphabet: "base64url" });
   for (let i = 0; i < 50; i++) decodeAsJwsTs(header);
   const started = performance.now();
   for (let i = 0; i < count; i++) {

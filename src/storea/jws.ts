@@ -7,7 +7,6 @@
  * once and cached by the hash of its certificates; after that a JWS costs one ES256
  * verification and a time check against the chain's validity window.
  */
-import { compactVerify, errors as joseErrors } from "jose";
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
 
@@ -26,6 +25,10 @@ const BASIC_CONSTRAINTS_OID = "2.5.29.19";
 const VALIDITY_TOLERANCE_MS = 60_000;
 /** How many verified chains are remembered; Apple rotates its leaf about once a year. */
 const CHAIN_CACHE_LIMIT = 256;
+
+const ES256 = { name: "ECDSA", hash: "SHA-256" } as const;
+const encoder = new TextEncoder();
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** A JWS that does not verify; `reason` says why, for logs (never the JWS itself). */
 export class JwsInvalidError extends Error {
@@ -91,20 +94,19 @@ export class StoreaJwsVerifier {
     ) {
       throw new JwsInvalidError("a certificate of the chain was not valid at signedDate");
     }
-    try {
-      await compactVerify(jws, chain.leafKey, { algorithms: ["ES256"] });
-    } catch (error) {
-      if (error instanceof joseErrors.JOSEError) {
-        throw new JwsInvalidError(`signature does not verify (${error.code})`);
-      }
-      throw error;
-    }
+    // ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`.
+    const signature = decodeBase64(parts[2], "base64url");
+    const signingInput = encoder.encode(`${parts[0]}.${parts[1]}`);
+    const valid = signature.length === 64 &&
+      await crypto.subtle.verify(ES256, chain.leafKey, signature, signingInput);
+    if (!valid) throw new JwsInvalidError("signature does not verify");
     return payload;
   }
 
   /** The verified chain of `x5c`, from the cache or checked now. Failures are not cached. */
   #chainOf(x5c: string[]): Promise<VerifiedChain> {
-    const key = createHash("sha256").update(x5c.join(".")).digest("base64");
+    // The certificates themselves are the key: a few KB, compared only on a hash collision.
+    const key = x5c.join(".");
     let chain = this.#chains.get(key);
     if (!chain) {
       chain = this.#verifyChain(x5c);
@@ -119,7 +121,7 @@ export class StoreaJwsVerifier {
   }
 
   async #verifyChain(x5c: string[]): Promise<VerifiedChain> {
-    const ders = x5c.map((text) => decodeBase64(text));
+    const ders = x5c.map((text) => decodeBase64(text, "base64"));
     const [leaf, intermediate, presentedRoot] = ders.map((der, i) =>
       parseCertificate(der, ["leaf", "intermediate", "root"][i])
     );
@@ -176,7 +178,7 @@ export async function readRootCertificates(paths: string[]): Promise<Uint8Array[
     if (text.includes("-----BEGIN CERTIFICATE-----")) {
       const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g);
       for (const block of blocks ?? []) {
-        roots.push(decodeBase64(block.replace(/-----[A-Z ]+-----|\s/g, "")));
+        roots.push(decodeBase64(block.replace(/-----[A-Z ]+-----|\s/g, ""), "base64"));
       }
     } else {
       roots.push(bytes);
@@ -225,7 +227,7 @@ function parseCertificate(der: Uint8Array, which: string): pkijs.Certificate {
 function decodeSegment(segment: string, which: string): Record<string, unknown> {
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(decodeBase64(segment)));
+    value = JSON.parse(strictUtf8.decode(decodeBase64(segment, "base64url")));
   } catch {
     throw new JwsInvalidError(`the ${which} is not base64url JSON`);
   }
@@ -235,14 +237,11 @@ function decodeSegment(segment: string, which: string): Record<string, unknown> 
   return value as Record<string, unknown>;
 }
 
-/** Decodes base64 or base64url (x5c uses the former, JWS segments the latter). */
-function decodeBase64(text: string): Uint8Array {
+/** Decodes base64 (x5c) or base64url (JWS segments); padding is optional. */
+function decodeBase64(text: string, alphabet: "base64" | "base64url"): Uint8Array<ArrayBuffer> {
   try {
-    return Uint8Array.from(
-      atob(text.replaceAll("-", "+").replaceAll("_", "/")),
-      (c) => c.charCodeAt(0),
-    );
+    return Uint8Array.fromBase64(text, { alphabet });
   } catch {
-    throw new JwsInvalidError("invalid base64");
+    throw new JwsInvalidError(`invalid ${alphabet}`);
   }
 }
