@@ -6,6 +6,7 @@ import type { StoreaVerifier } from "../storea/verify.ts";
 import {
   admitVerifyRequest,
   credentialsMissing,
+  domainFailureResponse,
   runVerification,
   type VerifyDeps,
 } from "./verify_common.ts";
@@ -40,14 +41,7 @@ export function storeaVerifyRoute(deps: StoreaVerifyDeps): Route {
         subject: transactionId,
         variant: environment ?? "",
       }, () => deps.storea.verify(credentials, admitted.body));
-      if (!outcome.valid) {
-        return jsonResponse(200, {
-          valid: false,
-          version: deps.version,
-          error: outcome.error,
-          message: outcome.message,
-        });
-      }
+      if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
       return jsonResponse(200, {
         valid: true,
         version: deps.version,

@@ -6,6 +6,7 @@ import { jsonResponse } from "../http/server.ts";
 import {
   admitVerifyRequest,
   credentialsMissing,
+  domainFailureResponse,
   runVerification,
   type VerifyDeps,
 } from "./verify_common.ts";
@@ -42,14 +43,7 @@ export function storebVerifyRoute(deps: StorebVerifyDeps): Route {
         subject: purchaseToken,
         variant: `${type}\0${packageName}\0${productId}`,
       }, () => deps.storeb.verify(credentials, admitted.body));
-      if (!outcome.valid) {
-        return jsonResponse(200, {
-          valid: false,
-          version: deps.version,
-          error: outcome.error,
-          message: outcome.message,
-        });
-      }
+      if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
       return jsonResponse(200, {
         valid: true,
         version: deps.version,

@@ -5,6 +5,7 @@
 import type { z } from "zod";
 import { invalidRequest, ServiceError } from "../errors.ts";
 import { readJsonBody, VERIFY_BODY_LIMIT } from "../http/body.ts";
+import { jsonResponse } from "../http/server.ts";
 import type { RequestContext } from "../http/router.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
@@ -120,4 +121,17 @@ export async function runVerification<T extends VerifyOutcomeSummary>(
     });
     throw error;
   }
+}
+
+/** The HTTP 200 answer of a domain failure (spec 2.4). */
+export function domainFailureResponse(
+  version: string,
+  outcome: { error: string; message: string },
+): Response {
+  return jsonResponse(200, {
+    valid: false,
+    version,
+    error: outcome.error,
+    message: outcome.message,
+  });
 }

@@ -35,8 +35,8 @@ export class SecretBox {
   /** A short, non-secret fingerprint of the master key. */
   readonly keyId: string;
   #master: Promise<CryptoKey>;
-  #derived = new Map<SecretPurpose, Promise<CryptoKey>>();
-  #hashKeys = new Map<HashPurpose, Promise<CryptoKey>>();
+  /** Derived keys by HKDF info string. */
+  #derived = new Map<string, Promise<CryptoKey>>();
 
   constructor(masterKey: Uint8Array) {
     this.keyId = masterKeyId(masterKey);
@@ -86,30 +86,24 @@ export class SecretBox {
    * someone who has the hashes but not the key.
    */
   async keyedHash(purpose: HashPurpose, text: string): Promise<string> {
-    let key = this.#hashKeys.get(purpose);
-    if (!key) {
-      key = this.#master.then((master) =>
-        crypto.subtle.deriveKey(
-          {
-            name: "HKDF",
-            hash: "SHA-256",
-            salt: encoder.encode("purchase-relay"),
-            info: encoder.encode(`hash:${purpose}`),
-          },
-          master,
-          { name: "HMAC", hash: "SHA-256", length: 256 },
-          false,
-          ["sign"],
-        )
-      );
-      this.#hashKeys.set(purpose, key);
-    }
-    const mac = await crypto.subtle.sign("HMAC", await key, encoder.encode(text));
+    const key = await this.#derive(`hash:${purpose}`, { name: "HMAC", hash: "SHA-256" }, [
+      "sign",
+    ]);
+    const mac = await crypto.subtle.sign("HMAC", key, encoder.encode(text));
     return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
   #keyFor(purpose: SecretPurpose): Promise<CryptoKey> {
-    let key = this.#derived.get(purpose);
+    return this.#derive(purpose, { name: "AES-GCM", length: 256 }, ["encrypt", "decrypt"]);
+  }
+
+  /** The key for `info`, derived once from the master key with HKDF-SHA-256. */
+  #derive(
+    info: string,
+    algorithm: AesKeyGenParams | HmacImportParams,
+    usages: KeyUsage[],
+  ): Promise<CryptoKey> {
+    let key = this.#derived.get(info);
     if (!key) {
       key = this.#master.then((master) =>
         crypto.subtle.deriveKey(
@@ -117,15 +111,15 @@ export class SecretBox {
             name: "HKDF",
             hash: "SHA-256",
             salt: encoder.encode("purchase-relay"),
-            info: encoder.encode(purpose),
+            info: encoder.encode(info),
           },
           master,
-          { name: "AES-GCM", length: 256 },
+          algorithm,
           false,
-          ["encrypt", "decrypt"],
+          usages,
         )
       );
-      this.#derived.set(purpose, key);
+      this.#derived.set(info, key);
     }
     return key;
   }
