@@ -23,6 +23,7 @@ import { parseArgs } from "node:util";
 import { Buffer } from "node:buffer";
 import { X509Certificate } from "node:crypto";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
+import { type Progress, writeProgress } from "./support.ts";
 
 type AppleLibrary = typeof import("./apple_store_server_library.d.ts");
 
@@ -35,7 +36,7 @@ export interface JwsBenchmarkOptions {
   /** Unmeasured verifications of each before the first round; 100 by default. */
   warmup?: number;
   /** Where progress lines go; standard error by default. */
-  progress?: (line: string) => void;
+  progress?: Progress;
 }
 
 /** The timing of one verifier over all rounds. */
@@ -96,8 +97,7 @@ export async function runJwsBenchmark(
     count: options.count ?? 300,
     warmup: options.warmup ?? 100,
   };
-  const progress = options.progress ??
-    ((line: string) => Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`)));
+  const progress = options.progress ?? writeProgress;
   const jws = (await Deno.readTextFile(new URL(VECTOR_FILE, VECTORS))).trim();
   const rootDer = await Deno.readFile(new URL(ROOT_FILE, VECTORS));
 

@@ -34,7 +34,36 @@
 import { parseArgs } from "node:util";
 import postgres from "postgres";
 import { importPKCS8, SignJWT } from "jose";
-import { MissingToolError, parseWrk } from "./health.ts";
+import {
+  busyBeforeRun,
+  checkTools,
+  describeMachine,
+  freePort,
+  inheritedEnv,
+  type LoadOptions,
+  loadSettings,
+  type Machine,
+  MissingToolError,
+  parseWrk,
+  pct,
+  type Progress,
+  randomEncryptionKey,
+  readMemory,
+  ROOT,
+  runWrk,
+  sampleRss,
+  scanStdout,
+  type Server,
+  SERVICE_PERMISSIONS,
+  spawnPinned,
+  startService,
+  stop,
+  waitForLine,
+  waitUntil,
+  watchCpu,
+  writeProgress,
+  type WrkFigures,
+} from "./support.ts";
 import {
   type IdPattern,
   STOREA_IDS,
@@ -47,53 +76,28 @@ import {
 import { createServiceAccount } from "../src/simulators/service_account.ts";
 
 /** Options of {@linkcode runVerifyBenchmark}. */
-export interface VerifyBenchmarkOptions {
-  /** Length of each measured wrk run; 10 s by default. */
-  durationSeconds?: number;
-  /** Length of the unmeasured wrk run before it; 3 s by default. */
-  warmupSeconds?: number;
-  /** Open connections; 100 by default. */
-  connections?: number;
-  /** wrk threads; 2 by default. */
-  threads?: number;
-  /** The core the server under test runs on; 0 by default. */
-  serverCore?: number;
-  /** The core wrk and the upstream run on; 1 by default. */
-  loadCore?: number;
+export interface VerifyBenchmarkOptions extends LoadOptions {
   /** Distinct transactions the upstream answers; 20,000 by default. */
   transactions?: number;
   /** PostgreSQL to create the temporary database on; `BENCH_DATABASE_URL` or local by default. */
   databaseUrl?: string;
   /** The stores to measure, in this order; both by default. */
   stores?: StoreName[];
-  /** Keep the temporary directory (logs, keys, wrk script). */
-  keepTemp?: boolean;
-  /** Where progress lines go; standard error by default. */
-  progress?: (line: string) => void;
 }
 
 /** The figures of one server under load. */
-export interface VerifyTargetResult {
+export interface VerifyTargetResult extends WrkFigures {
   name: string;
-  requestsPerSecond: number;
-  p50Ms: number;
-  p99Ms: number;
   /** The largest VmRSS of the server's deno process sampled every 250 ms during the measured run. */
   peakRssMb: number;
   /** VmHWM (peak since the process started, boot included) at the end of the run. */
   hwmMb: number;
   /** The VmRSS samples of the measured run, in MiB, every 250 ms: growth or a plateau. */
   rssSamplesMb: number[];
-  /** Requests wrk completed in the measured run. */
-  requests: number;
   /** Answers the wrk script found right (200 and the expected body) in the measured run. */
   checkedGood: number;
   /** Answers it found wrong. */
   checkedBad: number;
-  /** wrk's count of statuses outside 2xx and 3xx. */
-  non2xx: number;
-  /** wrk's connect, read, write and timeout errors, added up. */
-  socketErrors: number;
   /** CPU time of the server per second of the run (1 = a whole core). */
   serverCpuCores: number;
   /** CPU time of the upstream per second of the run. */
@@ -133,14 +137,7 @@ export interface StoreVerifyResult {
 /** What {@linkcode runVerifyBenchmark} returns. */
 export interface VerifyBenchmarkResult {
   startedAt: string;
-  machine: {
-    cpus: number;
-    os: string;
-    deno: string;
-    wrk: string;
-    /** How busy the two cores were over one second before the run (0 to 1). */
-    busyBefore: { serverCore: number; loadCore: number };
-  };
+  machine: Machine;
   settings: Required<
     Omit<VerifyBenchmarkOptions, "keepTemp" | "progress" | "databaseUrl" | "stores">
   >;
@@ -162,14 +159,6 @@ export class WrongAnswersError extends Error {
   }
 }
 
-const ROOT = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(/\/$/, "");
-/** The service's permissions, as in `deno task start` (with the data directory made temporary). */
-const SERVICE_PERMISSIONS = [
-  "--allow-net",
-  "--allow-env",
-  "--allow-read",
-  "--allow-sys=hostname,osRelease",
-];
 const BUNDLE_ID = "com.example.app";
 const PACKAGE_NAME = "com.example.app";
 const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
@@ -179,39 +168,19 @@ const RATE_LIMIT = "1000000";
 const decoder = new TextDecoder();
 
 type Settings = VerifyBenchmarkResult["settings"];
-type Progress = (line: string) => void;
 
 /** Runs the benchmark for each store whose upstream exists: baseline first, then the service. */
 export async function runVerifyBenchmark(
   options: VerifyBenchmarkOptions = {},
 ): Promise<VerifyBenchmarkResult> {
   const settings: Settings = {
-    durationSeconds: options.durationSeconds ?? 10,
-    warmupSeconds: options.warmupSeconds ?? 3,
-    connections: options.connections ?? 100,
-    threads: options.threads ?? 2,
-    serverCore: options.serverCore ?? 0,
-    loadCore: options.loadCore ?? 1,
+    ...loadSettings(options),
     transactions: options.transactions ?? 20_000,
   };
-  const progress = options.progress ??
-    ((line: string) => Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`)));
+  const progress = options.progress ?? writeProgress;
   const wrkVersion = await checkTools();
   const startedAt = new Date().toISOString();
-  const idleStart = await coreTicks();
-  await sleep(1000);
-  const idleEnd = await coreTicks();
-  const busyBefore = {
-    serverCore: busyShare(idleStart, idleEnd, settings.serverCore),
-    loadCore: busyShare(idleStart, idleEnd, settings.loadCore),
-  };
-  if (busyBefore.serverCore > 0.1 || busyBefore.loadCore > 0.1) {
-    progress(
-      `other processes keep the cores busy (core ${settings.serverCore} ${
-        pct(busyBefore.serverCore)
-      }, core ${settings.loadCore} ${pct(busyBefore.loadCore)}): expect noisy figures`,
-    );
-  }
+  const busyBefore = await busyBeforeRun(settings, progress);
 
   const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-verify-" });
   const database = await createDatabase(
@@ -227,7 +196,7 @@ export async function runVerifyBenchmark(
       DATABASE_URL: database.url,
       DATA_DIR: `${tmp}/data`,
       NODE_ENV: "production",
-      ENCRYPTION_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))),
+      ENCRYPTION_KEY: randomEncryptionKey(),
       LOG_LEVEL: "info",
       RATE_LIMIT_PER_SECOND: RATE_LIMIT,
       RATE_LIMIT_BURST: RATE_LIMIT,
@@ -259,13 +228,7 @@ export async function runVerifyBenchmark(
     }
     return {
       startedAt,
-      machine: {
-        cpus: navigator.hardwareConcurrency,
-        os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
-        deno: Deno.version.deno,
-        wrk: wrkVersion,
-        busyBefore,
-      },
+      machine: describeMachine(wrkVersion, busyBefore),
       settings,
       stores,
     };
@@ -464,7 +427,11 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
       progress,
       target(
         "purchase-relay",
-        () => startService(prefix, settings, { ...context.serviceEnv, ...spec.serviceEnv(ready) }),
+        () =>
+          startService(prefix, {
+            core: settings.serverCore,
+            env: { ...context.serviceEnv, ...spec.serviceEnv(ready) },
+          }),
         '"valid":true',
       ),
     );
@@ -668,16 +635,6 @@ async function runCli(
 
 // --- servers -------------------------------------------------------------------------------------
 
-interface Server {
-  /** The pid of the deno process itself. */
-  pid: number;
-  url: string;
-  stdoutPath: string;
-  stderrPath: string;
-  status: Promise<Deno.CommandStatus>;
-  kill(signal: Deno.Signal): void;
-}
-
 interface Target {
   name: string;
   start: () => Promise<Server>;
@@ -700,18 +657,14 @@ async function measure(
   try {
     await target.check(server.url);
     progress(`${name}: pid ${server.pid} on ${server.url}, warming up ${settings.warmupSeconds} s`);
-    await runWrk(server.url, target, settings, settings.warmupSeconds);
+    await loadStore(server.url, target, settings, settings.warmupSeconds);
     progress(`${name}: measuring ${settings.durationSeconds} s`);
-    const cpuBefore = await cpuSeconds(server.pid);
-    const upstreamBefore = await cpuSeconds(target.upstreamPid);
-    const coresBefore = await coreTicks();
+    const cpu = await watchCpu([server.pid, target.upstreamPid], settings);
     const sampling = sampleRss(server.pid);
-    const wrk = await runWrk(server.url, target, settings, settings.durationSeconds).finally(
+    const wrk = await loadStore(server.url, target, settings, settings.durationSeconds).finally(
       () => sampling.stop(),
     );
-    const coresAfter = await coreTicks();
-    const serverCpu = await cpuSeconds(server.pid) - cpuBefore;
-    const upstreamCpu = await cpuSeconds(target.upstreamPid) - upstreamBefore;
+    const { seconds: [serverCpu, upstreamCpu], busy } = await cpu.end();
     const rssSamplesKb = await sampling.samplesKb;
     const memory = await readMemory(server.pid);
     const stdoutPath = server.stdoutPath;
@@ -726,9 +679,9 @@ async function measure(
       hwmMb: memory.hwmKb / 1024,
       serverCpuCores: serverCpu / settings.durationSeconds,
       upstreamCpuCores: upstreamCpu / settings.durationSeconds,
-      serverCoreBusy: busyShare(coresBefore, coresAfter, settings.serverCore),
-      loadCoreBusy: busyShare(coresBefore, coresAfter, settings.loadCore),
-      httpRequestLogLines: isService ? await countHttpRequestLines(stdoutPath) : null,
+      serverCoreBusy: busy.serverCore,
+      loadCoreBusy: busy.loadCore,
+      httpRequestLogLines: isService ? (await scanStdout(stdoutPath)).httpRequestLines : null,
     };
     progress(
       `${name}: ${
@@ -782,284 +735,6 @@ async function startBare(
     }
   });
   return server;
-}
-
-async function startService(
-  prefix: string,
-  settings: Settings,
-  env: Record<string, string>,
-): Promise<Server> {
-  const server = spawnPinned({
-    core: settings.serverCore,
-    args: [
-      "run",
-      ...SERVICE_PERMISSIONS,
-      `--allow-write=${env.DATA_DIR}`,
-      `${ROOT}/main.ts`,
-      "serve",
-    ],
-    env: { ...env, PORT: "0", HOST: "127.0.0.1" },
-    stdoutPath: `${prefix}service.out`,
-    stderrPath: `${prefix}service.err`,
-  });
-  const listening = JSON.parse(
-    await waitForLine(server, (line) => {
-      if (!line.startsWith("{")) return false;
-      const record = JSON.parse(line);
-      if (record.level === "fatal") throw new Error(`the service did not start: ${line}`);
-      return record.msg === "listening";
-    }),
-  );
-  server.url = `http://127.0.0.1:${listening.port}`;
-  return server;
-}
-
-/** The variables a deno child needs to find its cache; nothing else of ours leaks in. */
-function inheritedEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (
-    const name of [
-      "PATH",
-      "HOME",
-      "DENO_DIR",
-      "DENO_V8_FLAGS",
-      "XDG_CACHE_HOME",
-      "TMPDIR",
-      "NPM_CONFIG_REGISTRY",
-    ]
-  ) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) env[name] = value;
-  }
-  return env;
-}
-
-/**
- * Starts `deno ARGS` pinned to `core`, with stdout and stderr going to files. `sh` redirects and
- * `exec`s taskset, which `exec`s deno, so the pid of the child is the pid of deno itself.
- */
-function spawnPinned(spec: {
-  core: number;
-  args: string[];
-  env: Record<string, string>;
-  stdoutPath: string;
-  stderrPath: string;
-}): Server {
-  const child = new Deno.Command("sh", {
-    args: [
-      "-c",
-      'out="$1"; err="$2"; shift 2; exec "$@" >"$out" 2>"$err"',
-      "sh",
-      spec.stdoutPath,
-      spec.stderrPath,
-      "taskset",
-      "-c",
-      String(spec.core),
-      Deno.execPath(),
-      ...spec.args,
-    ],
-    cwd: ROOT,
-    env: { ...inheritedEnv(), ...spec.env },
-    clearEnv: true,
-    stdin: "null",
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  return {
-    pid: child.pid,
-    url: "",
-    stdoutPath: spec.stdoutPath,
-    stderrPath: spec.stderrPath,
-    status: child.status,
-    kill: (signal) => child.kill(signal),
-  };
-}
-
-/** The first line of the process's stdout that `matches`; see {@linkcode waitUntil}. */
-async function waitForLine(server: Server, matches: (line: string) => boolean): Promise<string> {
-  let found: string | undefined;
-  await waitUntil(server, async () => {
-    const text = await Deno.readTextFile(server.stdoutPath).catch(() => "");
-    found = text.split("\n").find((line) => line.endsWith("}") && matches(line));
-    return found !== undefined;
-  });
-  return found!;
-}
-
-/**
- * Polls `ready` until it holds; fails if the process exits or 120 s go by, and then stops the
- * process so that no server outlives a failed start.
- */
-async function waitUntil(server: Server, ready: () => Promise<boolean>): Promise<void> {
-  let exited: Deno.CommandStatus | undefined;
-  server.status.then((status) => (exited = status));
-  try {
-    const deadline = Date.now() + 120_000;
-    while (Date.now() < deadline) {
-      if (await ready()) return;
-      if (exited) {
-        const stderr = await Deno.readTextFile(server.stderrPath).catch(() => "");
-        throw new Error(`pid ${server.pid} exited with ${exited.code}: ${stderr.slice(-2000)}`);
-      }
-      await sleep(100);
-    }
-    throw new Error(`pid ${server.pid} was not ready within 120 s`);
-  } catch (error) {
-    if (!exited) await stop(server);
-    throw error;
-  }
-}
-
-async function stop(server: Server): Promise<void> {
-  try {
-    server.kill("SIGTERM");
-  } catch {
-    return; // already gone
-  }
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = await Promise.race([
-    server.status.then(() => false),
-    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 15_000))),
-  ]);
-  clearTimeout(timer);
-  if (timedOut) {
-    try {
-      server.kill("SIGKILL");
-    } catch {
-      // exited meanwhile
-    }
-    await server.status;
-  }
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-// --- /proc ---------------------------------------------------------------------------------------
-// Deno refuses to read /proc/<pid>/ without --allow-all, so these go through `cat`.
-
-async function run(command: string, args: string[]): Promise<string> {
-  const output = await new Deno.Command(command, { args, stdout: "piped", stderr: "piped" })
-    .output();
-  if (!output.success) {
-    throw new Error(`${command} ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
-  }
-  return decoder.decode(output.stdout);
-}
-
-async function readMemory(pid: number): Promise<{ hwmKb: number; rssKb: number }> {
-  const status = await run("cat", [`/proc/${pid}/status`]);
-  const field = (name: string) => {
-    const match = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status);
-    if (!match) throw new Error(`no ${name} in /proc/${pid}/status`);
-    return Number(match[1]);
-  };
-  return { hwmKb: field("VmHWM"), rssKb: field("VmRSS") };
-}
-
-/** Samples VmRSS of `pid` every 250 ms until stopped, and once more then. */
-function sampleRss(pid: number): { stop(): void; samplesKb: Promise<number[]> } {
-  let running = true;
-  const samplesKb = (async () => {
-    const samples: number[] = [];
-    while (running) {
-      samples.push((await readMemory(pid)).rssKb);
-      await sleep(250);
-    }
-    samples.push((await readMemory(pid)).rssKb);
-    return samples;
-  })();
-  return { stop: () => (running = false), samplesKb };
-}
-
-/** User and system CPU time of `pid`, in seconds (clock ticks of 1/100 s on Linux). */
-async function cpuSeconds(pid: number): Promise<number> {
-  const stat = await run("cat", [`/proc/${pid}/stat`]);
-  // Fields after the command name, which is in parentheses and may hold spaces.
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-type CoreTicks = Map<number, { total: number; idle: number }>;
-
-/** Busy and idle clock ticks of each core, from /proc/stat. */
-async function coreTicks(): Promise<CoreTicks> {
-  const ticks: CoreTicks = new Map();
-  for (const line of (await run("cat", ["/proc/stat"])).split("\n")) {
-    const match = /^cpu(\d+)\s+(.*)$/.exec(line);
-    if (!match) continue;
-    const values = match[2].trim().split(/\s+/).map(Number);
-    // user nice system idle iowait irq softirq steal (guest time is already in user)
-    const total = values.slice(0, 8).reduce((sum, n) => sum + n, 0);
-    ticks.set(Number(match[1]), { total, idle: values[3] + values[4] });
-  }
-  return ticks;
-}
-
-/** The share of time `core` was busy between two readings of /proc/stat. */
-function busyShare(before: CoreTicks, after: CoreTicks, core: number): number {
-  const a = before.get(core);
-  const b = after.get(core);
-  if (!a || !b) return NaN;
-  const total = b.total - a.total;
-  return total > 0 ? 1 - (b.idle - a.idle) / total : NaN;
-}
-
-function pct(share: number): string {
-  return `${(share * 100).toFixed(0)}%`;
-}
-
-async function countHttpRequestLines(path: string): Promise<number> {
-  const needle = '"msg":"http_request"';
-  using file = await Deno.open(path);
-  const textDecoder = new TextDecoder();
-  let count = 0;
-  let carry = "";
-  for await (const chunk of file.readable) {
-    const text = carry + textDecoder.decode(chunk, { stream: true });
-    let at = text.indexOf(needle);
-    while (at !== -1) {
-      count++;
-      at = text.indexOf(needle, at + needle.length);
-    }
-    carry = text.slice(-(needle.length - 1));
-  }
-  return count;
-}
-
-// --- wrk -----------------------------------------------------------------------------------------
-
-async function checkTools(): Promise<string> {
-  let version = "unknown";
-  for (const [tool, install] of [["wrk", "wrk"], ["taskset", "util-linux"]]) {
-    try {
-      const output = await new Deno.Command(tool, {
-        args: tool === "wrk" ? ["-v"] : ["-V"],
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      if (tool === "wrk") {
-        const text = decoder.decode(output.stdout) + decoder.decode(output.stderr);
-        version = /wrk\s+(\S+)/.exec(text)?.[1] ?? "unknown";
-      }
-    } catch (error) {
-      if (error instanceof Deno.errors.NotFound) {
-        throw new MissingToolError(
-          `${tool} is not installed. Install it with:\n\n    apt-get update && apt-get install -y ${install}\n\n(as root, or with sudo), then run the benchmark again.`,
-        );
-      }
-      throw error;
-    }
-  }
-  return version;
 }
 
 /**
@@ -1125,38 +800,26 @@ end
   return path;
 }
 
-async function runWrk(
+/** One wrk run of the target's script, with the counts of right and wrong answers it checked. */
+async function loadStore(
   url: string,
   target: Target,
   settings: Settings,
   seconds: number,
-): Promise<ReturnType<typeof parseWrk> & { checkedGood: number; checkedBad: number }> {
+): Promise<WrkFigures & { checkedGood: number; checkedBad: number }> {
   if (settings.transactions % settings.threads !== 0) {
     // Otherwise the threads' residue classes overlap after a wrap and two could share an id.
     throw new Error("transactions must be a multiple of threads");
   }
-  const args = [
-    "-c",
-    String(settings.loadCore),
-    "wrk",
-    `-t${settings.threads}`,
-    `-c${settings.connections}`,
-    `-d${seconds}s`,
-    "--latency",
-    "-s",
-    target.script,
-    url,
-    "--",
-    String(settings.threads),
-    String(settings.transactions),
-    target.marker,
-  ];
-  const output = await new Deno.Command("taskset", { args, stdout: "piped", stderr: "piped" })
-    .output();
-  const text = decoder.decode(output.stdout);
-  if (!output.success) {
-    throw new Error(`wrk failed (${output.code}): ${text}${decoder.decode(output.stderr)}`);
-  }
+  const text = await runWrk(url, {
+    core: settings.loadCore,
+    threads: settings.threads,
+    connections: settings.connections,
+    seconds,
+    latency: true,
+    script: target.script,
+    scriptArgs: [String(settings.threads), String(settings.transactions), target.marker],
+  });
   const checked = /^checked: good (\d+) bad (\d+)$/m.exec(text);
   if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
   return {

@@ -1,0 +1,608 @@
+/**
+ * What the load benchmarks (`bench/health.ts`, `bench/verify.ts`) share: starting a `deno` server
+ * pinned to one core and stopping it, reading its memory and CPU time and each core's busy time
+ * from `/proc`, and running `wrk` pinned to another core and reading its report.
+ *
+ * Deno refuses to read `/proc/<pid>/` without `--allow-all`, so the `/proc` readings go through
+ * `cat` and `readlink`.
+ * @module
+ */
+
+/** The repository root, which children run in and take their scripts from. */
+export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(
+  /\/$/,
+  "",
+);
+
+/** The service's permissions, as in `deno task start`, less `--allow-write` (its data directory). */
+export const SERVICE_PERMISSIONS: readonly string[] = [
+  "--allow-net",
+  "--allow-env",
+  "--allow-read",
+  "--allow-sys=hostname,osRelease",
+];
+
+const decoder = new TextDecoder();
+
+// --- options, progress and machine --------------------------------------------------------------
+
+/** Where a benchmark's progress lines go. */
+export type Progress = (line: string) => void;
+
+/** The options every load benchmark takes. */
+export interface LoadOptions {
+  /** Length of each measured wrk run; 10 s by default. */
+  durationSeconds?: number;
+  /** Length of the unmeasured wrk run before it; 3 s by default. */
+  warmupSeconds?: number;
+  /** Open connections; 100 by default. */
+  connections?: number;
+  /** wrk threads (all pinned to `loadCore`); 2 by default. */
+  threads?: number;
+  /** The core the server under test runs on; 0 by default. */
+  serverCore?: number;
+  /** The core wrk runs on, with whatever else serves the run but the server; 1 by default. */
+  loadCore?: number;
+  /** Keep the temporary files (logs, service data, keys, wrk script) instead of removing them. */
+  keepTemp?: boolean;
+  /** Where progress lines go; standard error by default. */
+  progress?: Progress;
+}
+
+/** The {@linkcode LoadOptions} of a run, defaults filled in. */
+export type LoadSettings = Required<Omit<LoadOptions, "keepTemp" | "progress">>;
+
+/** `options` with the defaults filled in. */
+export function loadSettings(options: LoadOptions): LoadSettings {
+  return {
+    durationSeconds: options.durationSeconds ?? 10,
+    warmupSeconds: options.warmupSeconds ?? 3,
+    connections: options.connections ?? 100,
+    threads: options.threads ?? 2,
+    serverCore: options.serverCore ?? 0,
+    loadCore: options.loadCore ?? 1,
+  };
+}
+
+/** The default {@linkcode Progress}: one line on standard error. */
+export function writeProgress(line: string): void {
+  Deno.stderr.writeSync(new TextEncoder().encode(`${line}\n`));
+}
+
+/** A share (0 to 1) as a whole percentage, e.g. `42%`. */
+export function pct(share: number): string {
+  return `${(share * 100).toFixed(0)}%`;
+}
+
+/** The cores a benchmark pins the server under test and its load (wrk) to. */
+export interface Cores {
+  serverCore: number;
+  loadCore: number;
+}
+
+/** How busy each of the two {@linkcode Cores} was over some time (0 to 1), whoever used it. */
+export interface CoresBusy {
+  serverCore: number;
+  loadCore: number;
+}
+
+/**
+ * How busy the two cores are over one second before a run. Above 10% it says so through
+ * `progress`: other processes compete for the cores and the figures will be noisy.
+ */
+export async function busyBeforeRun(cores: Cores, progress: Progress): Promise<CoresBusy> {
+  const watch = await watchCpu([], cores);
+  await sleep(1000);
+  const { busy } = await watch.end();
+  if (busy.serverCore > 0.1 || busy.loadCore > 0.1) {
+    progress(
+      `other processes keep the cores busy (core ${cores.serverCore} ${
+        pct(busy.serverCore)
+      }, core ${cores.loadCore} ${pct(busy.loadCore)}): expect noisy figures`,
+    );
+  }
+  return busy;
+}
+
+/** The machine a run was made on. */
+export interface Machine {
+  cpus: number;
+  os: string;
+  deno: string;
+  wrk: string;
+  /**
+   * How busy the server's and wrk's cores were over one second before the run began (0 to 1):
+   * above a few percent, other processes were competing and the figures are noisy.
+   */
+  busyBefore: CoresBusy;
+}
+
+/** This machine, with the wrk version of {@linkcode checkTools} and {@linkcode busyBeforeRun}. */
+export function describeMachine(wrk: string, busyBefore: CoresBusy): Machine {
+  return {
+    cpus: navigator.hardwareConcurrency,
+    os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
+    deno: Deno.version.deno,
+    wrk,
+    busyBefore,
+  };
+}
+
+// --- processes -----------------------------------------------------------------------------------
+
+/** A `deno` process started by {@linkcode spawnPinned}. */
+export interface Server {
+  /** The pid of the deno process itself. */
+  pid: number;
+  /** Where it answers; empty until the caller knows. */
+  url: string;
+  stdoutPath: string;
+  stderrPath: string;
+  status: Promise<Deno.CommandStatus>;
+  kill(signal: Deno.Signal): void;
+}
+
+/** What {@linkcode spawnPinned} starts. */
+export interface SpawnOptions {
+  /** The core it runs on. */
+  core: number;
+  /** The arguments of `deno`, e.g. `["run", "--allow-net", "server.ts"]`. */
+  args: string[];
+  /** Its environment, on top of {@linkcode inheritedEnv}. */
+  env: Record<string, string>;
+  stdoutPath: string;
+  stderrPath: string;
+}
+
+/** The variables a deno child needs to find its cache; nothing else of ours leaks in. */
+export function inheritedEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (
+    const name of [
+      "PATH",
+      "HOME",
+      "DENO_DIR",
+      "DENO_V8_FLAGS",
+      "XDG_CACHE_HOME",
+      "TMPDIR",
+      "NPM_CONFIG_REGISTRY",
+    ]
+  ) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
+}
+
+/**
+ * Starts `deno ARGS` pinned to `core`, with stdout and stderr going to files. `sh` redirects and
+ * `exec`s taskset, which `exec`s deno, so the pid of the child is the pid of deno itself.
+ */
+export function spawnPinned(options: SpawnOptions): Server {
+  const child = new Deno.Command("sh", {
+    args: [
+      "-c",
+      'out="$1"; err="$2"; shift 2; exec "$@" >"$out" 2>"$err"',
+      "sh",
+      options.stdoutPath,
+      options.stderrPath,
+      "taskset",
+      "-c",
+      String(options.core),
+      Deno.execPath(),
+      ...options.args,
+    ],
+    cwd: ROOT,
+    env: { ...inheritedEnv(), ...options.env },
+    clearEnv: true,
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  return {
+    pid: child.pid,
+    url: "",
+    stdoutPath: options.stdoutPath,
+    stderrPath: options.stderrPath,
+    status: child.status,
+    kill: (signal) => child.kill(signal),
+  };
+}
+
+/**
+ * Polls `ready` until it holds, then checks that the pid is deno's, whose memory and CPU time the
+ * benchmark reads. Fails if the process exits or 120 s go by, and then stops the process so that
+ * no server outlives a failed start.
+ */
+export async function waitUntil(server: Server, ready: () => Promise<boolean>): Promise<void> {
+  let exited: Deno.CommandStatus | undefined;
+  server.status.then((status) => (exited = status));
+  try {
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      if (await ready()) {
+        await checkIsDeno(server.pid);
+        return;
+      }
+      if (exited) {
+        const stderr = await Deno.readTextFile(server.stderrPath).catch(() => "");
+        throw new Error(`pid ${server.pid} exited with ${exited.code}: ${stderr.slice(-2000)}`);
+      }
+      await sleep(100);
+    }
+    throw new Error(`pid ${server.pid} was not ready within 120 s`);
+  } catch (error) {
+    if (!exited) await stop(server);
+    throw error;
+  }
+}
+
+/** The first whole line of the process's stdout that `matches`; see {@linkcode waitUntil}. */
+export async function waitForLine(
+  server: Server,
+  matches: (line: string) => boolean,
+): Promise<string> {
+  let found: string | undefined;
+  await waitUntil(server, async () => {
+    const text = await Deno.readTextFile(server.stdoutPath).catch(() => "");
+    found = text.split("\n").find((line) => line.endsWith("}") && matches(line));
+    return found !== undefined;
+  });
+  return found!;
+}
+
+/** Throws unless `pid` runs the same deno executable as this process. */
+async function checkIsDeno(pid: number): Promise<void> {
+  const exe = (await run("readlink", [`/proc/${pid}/exe`])).trim();
+  const deno = await Deno.realPath(Deno.execPath());
+  if (exe !== deno) throw new Error(`pid ${pid} is ${exe}, not deno (${deno})`);
+}
+
+/** Stops the process with SIGTERM, or SIGKILL if it is still there 15 s later. */
+export async function stop(server: Server): Promise<void> {
+  try {
+    server.kill("SIGTERM");
+  } catch {
+    return; // already gone
+  }
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = await Promise.race([
+    server.status.then(() => false),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 15_000))),
+  ]);
+  clearTimeout(timer);
+  if (timedOut) {
+    try {
+      server.kill("SIGKILL");
+    } catch {
+      // exited meanwhile
+    }
+    await server.status;
+  }
+}
+
+/** Options of {@linkcode startService}. */
+export interface ServiceOptions {
+  /** The core it runs on. */
+  core: number;
+  /** Its environment, `DATA_DIR` included; `PORT` and `HOST` are set here. */
+  env: Record<string, string>;
+}
+
+/**
+ * Starts the service (`main.ts serve`) with the permissions of `deno task start`, writing only to
+ * `env.DATA_DIR`, on a loopback port of its choosing; resolves once it logs `listening`. Its
+ * stdout and stderr go to `${prefix}service.out` and `${prefix}service.err`.
+ */
+export async function startService(prefix: string, options: ServiceOptions): Promise<Server> {
+  const server = spawnPinned({
+    core: options.core,
+    args: [
+      "run",
+      ...SERVICE_PERMISSIONS,
+      `--allow-write=${options.env.DATA_DIR}`,
+      `${ROOT}/main.ts`,
+      "serve",
+    ],
+    env: { ...options.env, PORT: "0", HOST: "127.0.0.1" },
+    stdoutPath: `${prefix}service.out`,
+    stderrPath: `${prefix}service.err`,
+  });
+  const listening = JSON.parse(
+    await waitForLine(server, (line) => {
+      if (!line.startsWith("{")) return false;
+      const record = JSON.parse(line);
+      if (record.level === "fatal") throw new Error(`the service did not start: ${line}`);
+      return record.msg === "listening" && typeof record.port === "number";
+    }),
+  );
+  server.url = `http://127.0.0.1:${listening.port}`;
+  return server;
+}
+
+/** A fresh `ENCRYPTION_KEY` for the service: 32 random bytes in base64. */
+export function randomEncryptionKey(): string {
+  return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))));
+}
+
+/** A loopback port that was free a moment ago. */
+export function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
+}
+
+/** Resolves after `ms` milliseconds. */
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Runs `command` and returns its stdout; throws with its stderr if it fails. */
+async function run(command: string, args: string[]): Promise<string> {
+  const output = await new Deno.Command(command, { args, stdout: "piped", stderr: "piped" })
+    .output();
+  if (!output.success) {
+    throw new Error(`${command} ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
+  }
+  return decoder.decode(output.stdout);
+}
+
+// --- /proc ---------------------------------------------------------------------------------------
+
+/** Resident set of a process, in KiB. */
+export interface Memory {
+  /** Peak since the process started (VmHWM). */
+  hwmKb: number;
+  /** Now (VmRSS). */
+  rssKb: number;
+}
+
+/** VmHWM and VmRSS of `pid`, from /proc/<pid>/status. */
+export async function readMemory(pid: number): Promise<Memory> {
+  const status = await run("cat", [`/proc/${pid}/status`]);
+  const field = (name: string) => {
+    const match = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status);
+    if (!match) throw new Error(`no ${name} in /proc/${pid}/status`);
+    return Number(match[1]);
+  };
+  return { hwmKb: field("VmHWM"), rssKb: field("VmRSS") };
+}
+
+/** What {@linkcode sampleRss} returns. */
+export interface RssSampling {
+  /** Ends the sampling after one last sample. */
+  stop(): void;
+  /** The VmRSS samples in KiB, once stopped. */
+  samplesKb: Promise<number[]>;
+}
+
+/** Samples VmRSS of `pid` every 250 ms until stopped, and once more then. */
+export function sampleRss(pid: number): RssSampling {
+  let running = true;
+  const samplesKb = (async () => {
+    const samples: number[] = [];
+    while (running) {
+      samples.push((await readMemory(pid)).rssKb);
+      await sleep(250);
+    }
+    samples.push((await readMemory(pid)).rssKb);
+    return samples;
+  })();
+  return { stop: () => (running = false), samplesKb };
+}
+
+/** User and system CPU time of `pid`, in seconds (clock ticks of 1/100 s on Linux). */
+async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await run("cat", [`/proc/${pid}/stat`]);
+  // Fields after the command name, which is in parentheses and may hold spaces.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** Clock ticks of each core since boot, by core number: all of them and the idle ones. */
+type CoreTicks = Map<number, { total: number; idle: number }>;
+
+/** Busy and idle clock ticks of each core, from /proc/stat. */
+async function coreTicks(): Promise<CoreTicks> {
+  const ticks: CoreTicks = new Map();
+  for (const line of (await run("cat", ["/proc/stat"])).split("\n")) {
+    const match = /^cpu(\d+)\s+(.*)$/.exec(line);
+    if (!match) continue;
+    const values = match[2].trim().split(/\s+/).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    const total = values.slice(0, 8).reduce((sum, n) => sum + n, 0);
+    ticks.set(Number(match[1]), { total, idle: values[3] + values[4] });
+  }
+  return ticks;
+}
+
+/** The share of time `core` was busy between two readings of /proc/stat. */
+function busyShare(before: CoreTicks, after: CoreTicks, core: number): number {
+  const a = before.get(core);
+  const b = after.get(core);
+  if (!a || !b) return NaN;
+  const total = b.total - a.total;
+  return total > 0 ? 1 - (b.idle - a.idle) / total : NaN;
+}
+
+/** What {@linkcode watchCpu} measured. */
+export interface CpuUse {
+  /** CPU seconds each process used, in the order of the pids given. */
+  seconds: number[];
+  /** How busy the two cores were, whoever used them. */
+  busy: CoresBusy;
+}
+
+/** A measurement begun by {@linkcode watchCpu}. */
+export interface CpuWatch {
+  /** Ends the measurement. */
+  end(): Promise<CpuUse>;
+}
+
+/**
+ * Begins measuring the CPU time of `pids` and how busy the two cores are. It reads the processes
+ * before the cores when it begins, and after them when it ends, so that the processes' window
+ * holds the cores' one.
+ */
+export async function watchCpu(pids: number[], cores: Cores): Promise<CpuWatch> {
+  const secondsBefore: number[] = [];
+  for (const pid of pids) secondsBefore.push(await cpuSeconds(pid));
+  const ticksBefore = await coreTicks();
+  return {
+    async end() {
+      const ticksAfter = await coreTicks();
+      const seconds: number[] = [];
+      for (const [i, pid] of pids.entries()) seconds.push(await cpuSeconds(pid) - secondsBefore[i]);
+      return {
+        seconds,
+        busy: {
+          serverCore: busyShare(ticksBefore, ticksAfter, cores.serverCore),
+          loadCore: busyShare(ticksBefore, ticksAfter, cores.loadCore),
+        },
+      };
+    },
+  };
+}
+
+/** What {@linkcode scanStdout} finds in a service's stdout file. */
+export interface StdoutScan {
+  bytes: number;
+  /** Lines the service logged with `"msg":"http_request"`, one per request. */
+  httpRequestLines: number;
+}
+
+/** Reads the service's stdout file through once, counting its bytes and `http_request` lines. */
+export async function scanStdout(path: string): Promise<StdoutScan> {
+  const needle = '"msg":"http_request"';
+  using file = await Deno.open(path);
+  const textDecoder = new TextDecoder();
+  let bytes = 0;
+  let count = 0;
+  let carry = "";
+  for await (const chunk of file.readable) {
+    bytes += chunk.length;
+    const text = carry + textDecoder.decode(chunk, { stream: true });
+    let at = text.indexOf(needle);
+    while (at !== -1) {
+      count++;
+      at = text.indexOf(needle, at + needle.length);
+    }
+    carry = text.slice(-(needle.length - 1));
+  }
+  return { bytes, httpRequestLines: count };
+}
+
+// --- wrk -----------------------------------------------------------------------------------------
+
+/** Thrown when a tool the benchmark needs is not installed. */
+export class MissingToolError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "MissingToolError";
+  }
+}
+
+/** Checks that `wrk` and `taskset` are installed; returns wrk's version. */
+export async function checkTools(): Promise<string> {
+  let version = "unknown";
+  for (const [tool, install] of [["wrk", "wrk"], ["taskset", "util-linux"]]) {
+    try {
+      const output = await new Deno.Command(tool, {
+        args: tool === "wrk" ? ["-v"] : ["-V"],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      if (tool === "wrk") {
+        const text = decoder.decode(output.stdout) + decoder.decode(output.stderr);
+        version = /wrk\s+(\S+)/.exec(text)?.[1] ?? "unknown";
+      }
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) {
+        throw new MissingToolError(
+          `${tool} is not installed. Install it with:\n\n    apt-get update && apt-get install -y ${install}\n\n(as root, or with sudo), then run the benchmark again.`,
+        );
+      }
+      throw error;
+    }
+  }
+  return version;
+}
+
+/** Options of {@linkcode runWrk}. */
+export interface WrkOptions {
+  /** The core wrk runs on. */
+  core: number;
+  threads: number;
+  connections: number;
+  /** Length of the run. */
+  seconds: number;
+  /** Report the latency distribution (`--latency`). */
+  latency?: boolean;
+  /** A Lua script (`-s`). */
+  script?: string;
+  /** The script's arguments, passed after `--`. */
+  scriptArgs?: string[];
+}
+
+/** Runs wrk against `url`, pinned to `options.core`; returns its report as it printed it. */
+export async function runWrk(url: string, options: WrkOptions): Promise<string> {
+  const args = [
+    "-c",
+    String(options.core),
+    "wrk",
+    `-t${options.threads}`,
+    `-c${options.connections}`,
+    `-d${options.seconds}s`,
+    ...(options.latency ? ["--latency"] : []),
+    ...(options.script === undefined ? [] : ["-s", options.script]),
+    url,
+    ...(options.scriptArgs === undefined ? [] : ["--", ...options.scriptArgs]),
+  ];
+  const output = await new Deno.Command("taskset", { args, stdout: "piped", stderr: "piped" })
+    .output();
+  const text = decoder.decode(output.stdout);
+  if (!output.success) {
+    throw new Error(`wrk failed (${output.code}): ${text}${decoder.decode(output.stderr)}`);
+  }
+  return text;
+}
+
+/** The figures {@linkcode parseWrk} reads from a wrk report. */
+export interface WrkFigures {
+  requestsPerSecond: number;
+  /** NaN when the report has no latency distribution. */
+  p50Ms: number;
+  p99Ms: number;
+  requests: number;
+  /** Responses with a status outside 2xx and 3xx. */
+  non2xx: number;
+  /** wrk's connect, read, write and timeout errors, added up. */
+  socketErrors: number;
+}
+
+/** Reads req/s, p50, p99 and the error counts from wrk's report. */
+export function parseWrk(text: string, latency = true): WrkFigures {
+  const number = (pattern: RegExp, what: string) => {
+    const match = pattern.exec(text);
+    if (!match) throw new Error(`no ${what} in wrk's output:\n${text}`);
+    return match;
+  };
+  const percentile = (p: number) => {
+    const match = number(
+      new RegExp(`^\\s*${p}(?:\\.0+)?%\\s+([\\d.]+)(us|ms|s|m)\\s*$`, "m"),
+      `p${p}`,
+    );
+    const scale = { us: 0.001, ms: 1, s: 1000, m: 60_000 }[match[2]]!;
+    return Number(match[1]) * scale;
+  };
+  const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(text);
+  return {
+    requestsPerSecond: Number(number(/^Requests\/sec:\s+([\d.]+)/m, "Requests/sec")[1]),
+    p50Ms: latency ? percentile(50) : NaN,
+    p99Ms: latency ? percentile(99) : NaN,
+    requests: Number(number(/^\s*(\d+) requests in/m, "request count")[1]),
+    non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(text)?.[1] ?? 0),
+    socketErrors: socket ? socket.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0,
+  };
+}
