@@ -1,6 +1,6 @@
 /** The pure helpers of support.ts with plain inputs, and scanStdout on a real file. */
 import assert from "node:assert/strict";
-import { loadSettings, parseWrk, pct, scanStdout } from "./support.ts";
+import { loadSettings, parseWrk, pct, scanStdout } from "../bench/support.ts";
 
 const WRK_REPORT = `Running 10s test @ http://127.0.0.1:8080/health
   2 threads and 100 connections
