@@ -26,6 +26,7 @@ interface CachedToken {
 export class StoreaTokenSigner {
   #tokens = new Map<string, CachedToken>();
   #keys = new Map<string, Promise<CryptoKey>>();
+  #identities = new WeakMap<StoreaCredentials, { cacheKey: string; keyHash: string }>();
   #now: () => number;
 
   constructor(options: { now?: () => number } = {}) {
@@ -34,9 +35,7 @@ export class StoreaTokenSigner {
 
   /** A valid bearer token for `credentials`. */
   async tokenFor(credentials: StoreaCredentials): Promise<string> {
-    const keyHash = createHash("sha256").update(credentials.privateKeyPem).digest("base64");
-    const cacheKey =
-      `${credentials.issuerId}\0${credentials.keyId}\0${credentials.bundleId}\0${keyHash}`;
+    const { cacheKey, keyHash } = this.#identify(credentials);
     const now = Math.floor(this.#now() / 1000);
     const cached = this.#tokens.get(cacheKey);
     if (cached && cached.renewAt > now) return cached.token;
@@ -53,6 +52,25 @@ export class StoreaTokenSigner {
     if (this.#tokens.size >= CACHE_LIMIT) this.#tokens.clear();
     this.#tokens.set(cacheKey, { token, renewAt: issuedAt + TOKEN_LIFETIME_S - RENEW_BEFORE_S });
     return token;
+  }
+
+  /**
+   * The cache keys of `credentials`, computed once per credentials object: the verify path
+   * reuses one object until its tenant's credentials are loaded again, so the key is not
+   * hashed on every request.
+   */
+  #identify(credentials: StoreaCredentials): { cacheKey: string; keyHash: string } {
+    let identity = this.#identities.get(credentials);
+    if (!identity) {
+      const keyHash = createHash("sha256").update(credentials.privateKeyPem).digest("base64");
+      identity = {
+        keyHash,
+        cacheKey:
+          `${credentials.issuerId}\0${credentials.keyId}\0${credentials.bundleId}\0${keyHash}`,
+      };
+      this.#identities.set(credentials, identity);
+    }
+    return identity;
   }
 
   #importKey(keyHash: string, pem: string): Promise<CryptoKey> {

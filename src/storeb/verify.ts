@@ -3,9 +3,8 @@
  * purchase token and normalizes the answer.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
-import type { StorebVerifyRequest } from "../api/storeb_verify.ts";
 import { rateLimited, ServiceError } from "../errors.ts";
-import { AccessTokenSource, parseServiceAccount } from "./oauth.ts";
+import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
 import { StorebApiClient } from "./api_client.ts";
 import {
   normalizeProductPurchase,
@@ -19,6 +18,14 @@ import {
   retryAfterSeconds,
   type UpstreamResponse,
 } from "./upstream.ts";
+
+/** A store B verify request (spec 4.2), as the route validated it. */
+export interface StorebVerifyInput {
+  packageName: string;
+  productId: string;
+  purchaseToken: string;
+  type: "subscription" | "product";
+}
 
 /** Where the Play Developer API and its token endpoint are, and how long a call may take. */
 export interface StorebVerifierOptions {
@@ -51,6 +58,8 @@ export type StorebVerifyOutcome =
 export class StorebVerifier {
   #timeoutMs: number;
   #client: StorebApiClient;
+  /** Parsed service accounts, one per loaded credentials object (reused between reloads). */
+  #accounts = new WeakMap<StorebCredentials, ServiceAccount>();
 
   constructor(options: StorebVerifierOptions) {
     this.#timeoutMs = options.timeoutMs;
@@ -63,7 +72,7 @@ export class StorebVerifier {
   /** Verifies one purchase with the tenant's credentials. Upstream failures throw. */
   async verify(
     credentials: StorebCredentials,
-    request: StorebVerifyRequest,
+    request: StorebVerifyInput,
   ): Promise<StorebVerifyOutcome> {
     // decisions.md 6: the package is checked before the store is asked.
     if (request.packageName !== credentials.packageName) {
@@ -75,7 +84,7 @@ export class StorebVerifier {
         upstreamStatus: null,
       };
     }
-    const account = parseServiceAccount(credentials.serviceAccountJson);
+    const account = this.#accountOf(credentials);
     const answer = await this.#client.getPurchase(account, request, {
       timeoutMs: this.#timeoutMs,
     });
@@ -105,6 +114,16 @@ export class StorebVerifier {
     }
     if (answer.status === 429) throw quotaExceeded(answer);
     throw unexpectedAnswer(answer);
+  }
+
+  /** The service account of `credentials`, parsed (and its key hashed) once, not per request. */
+  #accountOf(credentials: StorebCredentials): ServiceAccount {
+    let account = this.#accounts.get(credentials);
+    if (!account) {
+      account = parseServiceAccount(credentials.serviceAccountJson);
+      this.#accounts.set(credentials, account);
+    }
+    return account;
   }
 }
 
