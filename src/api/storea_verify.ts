@@ -5,7 +5,6 @@ import { jsonResponse } from "../http/server.ts";
 import type { StoreaVerifier } from "../storea/verify.ts";
 import {
   admitVerifyRequest,
-  credentialsMissing,
   domainFailureResponse,
   runVerification,
   type VerifyDeps,
@@ -31,16 +30,18 @@ export function storeaVerifyRoute(deps: StoreaVerifyDeps): Route {
     method: "POST",
     pattern: "/v1/storea/verify",
     handler: async (request, context) => {
-      const admitted = await admitVerifyRequest(request, context, deps, storeaVerifyRequest);
-      const credentials = admitted.credentials.storea;
-      if (credentials === null) throw credentialsMissing("storea");
-      const { transactionId, environment } = admitted.body;
+      const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
+        deps,
+        store: "storea",
+        schema: storeaVerifyRequest,
+      });
+      const { transactionId, environment } = body;
       const outcome = await runVerification(deps, {
-        tenantId: admitted.tenantId,
+        tenantId,
         store: "storea",
         subject: transactionId,
         variant: environment ?? "",
-      }, () => deps.storea.verify(credentials, admitted.body));
+      }, () => deps.storea.verify(credentials, body));
       if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
       return jsonResponse(200, {
         valid: true,

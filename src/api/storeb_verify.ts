@@ -5,7 +5,6 @@ import type { Route } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
 import {
   admitVerifyRequest,
-  credentialsMissing,
   domainFailureResponse,
   runVerification,
   type VerifyDeps,
@@ -33,16 +32,18 @@ export function storebVerifyRoute(deps: StorebVerifyDeps): Route {
     method: "POST",
     pattern: "/v1/storeb/verify",
     handler: async (request, context) => {
-      const admitted = await admitVerifyRequest(request, context, deps, storebVerifyRequest);
-      const credentials = admitted.credentials.storeb;
-      if (credentials === null) throw credentialsMissing("storeb");
-      const { packageName, productId, purchaseToken, type } = admitted.body;
+      const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
+        deps,
+        store: "storeb",
+        schema: storebVerifyRequest,
+      });
+      const { packageName, productId, purchaseToken, type } = body;
       const outcome = await runVerification(deps, {
-        tenantId: admitted.tenantId,
+        tenantId,
         store: "storeb",
         subject: purchaseToken,
         variant: `${type}\0${packageName}\0${productId}`,
-      }, () => deps.storeb.verify(credentials, admitted.body));
+      }, () => deps.storeb.verify(credentials, body));
       if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
       return jsonResponse(200, {
         valid: true,

@@ -36,27 +36,37 @@ export interface VerifyOutcomeSummary {
 /** Identifies one verification: who asked, in which store, about what. */
 export interface VerificationKey {
   tenantId: string;
-  store: "storea" | "storeb";
+  store: Store;
   /** The transaction id or purchase token. */
   subject: string;
   /** Everything else that changes the answer (environment, product, type). */
   variant: string;
 }
 
-/** An authenticated, rate-limited, validated verify request. */
-export interface AdmittedRequest<T> {
+/** A store the verify endpoints serve. */
+export type Store = keyof TenantCredentials;
+
+/** An authenticated, rate-limited, validated verify request with its store's credentials. */
+export interface AdmittedRequest<T, S extends Store> {
   tenantId: string;
   body: T;
-  credentials: TenantCredentials;
+  credentials: NonNullable<TenantCredentials[S]>;
 }
 
-/** Runs the common checks and returns the typed body. */
-export async function admitVerifyRequest<T>(
+/** What a verify endpoint admits: its store and its body schema. */
+export interface AdmitOptions<T, S extends Store> {
+  deps: VerifyDeps;
+  store: S;
+  schema: z.ZodType<T>;
+}
+
+/** Runs the common checks, in order, and returns the typed body and the store's credentials. */
+export async function admitVerifyRequest<T, S extends Store>(
   request: Request,
   context: RequestContext,
-  deps: VerifyDeps,
-  schema: z.ZodType<T>,
-): Promise<AdmittedRequest<T>> {
+  options: AdmitOptions<T, S>,
+): Promise<AdmittedRequest<T, S>> {
+  const { deps, store, schema } = options;
   const owner = await deps.authenticator.authenticate(request.headers.get("authorization"));
   context.tenantId = owner.tenantId;
   deps.rateLimiter.take(owner.tenantId);
@@ -72,12 +82,17 @@ export async function admitVerifyRequest<T>(
       { issues },
     );
   }
-  const credentials = await deps.credentialsOf(owner.tenantId);
-  return { tenantId: owner.tenantId, body: parsed.data, credentials };
+  const credentials = (await deps.credentialsOf(owner.tenantId))[store];
+  if (credentials === null) throw credentialsMissing(store);
+  return {
+    tenantId: owner.tenantId,
+    body: parsed.data,
+    credentials: credentials as NonNullable<TenantCredentials[S]>,
+  };
 }
 
 /** 400 `CREDENTIALS_MISSING` for a store the tenant has not configured. */
-export function credentialsMissing(store: "storea" | "storeb"): ServiceError {
+function credentialsMissing(store: Store): ServiceError {
   return new ServiceError(
     "CREDENTIALS_MISSING",
     `this tenant has no ${store} credentials; an operator sets them with ` +
