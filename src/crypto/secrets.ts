@@ -133,15 +133,12 @@ export function masterKeyId(masterKey: Uint8Array): string {
 
 /** Base64url without padding. */
 export function base64url(bytes: Uint8Array): string {
-  let binary = "";
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+  return bytes.toBase64({ alphabet: "base64url", omitPadding: true });
 }
 
 /** Decodes base64url (padding optional). */
-export function fromBase64url(text: string): Uint8Array {
-  const normalized = text.replaceAll("-", "+").replaceAll("_", "/");
-  return Uint8Array.from(atob(normalized), (c) => c.charCodeAt(0));
+export function fromBase64url(text: string): Uint8Array<ArrayBuffer> {
+  return Uint8Array.fromBase64(text, { alphabet: "base64url" });
 }
 
 function toBuffer(bytes: Uint8Array): ArrayBuffer {

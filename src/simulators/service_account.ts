@@ -3,6 +3,8 @@
  * hand out for it, made fresh on every call so no key material is ever checked in.
  */
 
+import { derToPem } from "./pem.ts";
+
 /** A generated service account. */
 export interface GeneratedServiceAccount {
   /** The service-account JSON file, as text (what `storeb set-credentials` reads). */
@@ -40,8 +42,14 @@ export async function createServiceAccount(
     true,
     ["sign", "verify"],
   );
-  const privateKeyPem = pem("PRIVATE KEY", await crypto.subtle.exportKey("pkcs8", pair.privateKey));
-  const publicKeyPem = pem("PUBLIC KEY", await crypto.subtle.exportKey("spki", pair.publicKey));
+  const privateKeyPem = derToPem(
+    new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey)),
+    "PRIVATE KEY",
+  );
+  const publicKeyPem = derToPem(
+    new Uint8Array(await crypto.subtle.exportKey("spki", pair.publicKey)),
+    "PUBLIC KEY",
+  );
   const clientEmail = options.clientEmail ??
     `relay-${randomHex(4)}@sim-project.iam.gserviceaccount.com`;
   const privateKeyId = options.privateKeyId ?? randomHex(20);
@@ -60,12 +68,6 @@ export async function createServiceAccount(
     2,
   );
   return { json, clientEmail, privateKeyId, privateKeyPem, publicKeyPem };
-}
-
-function pem(label: string, der: ArrayBuffer): string {
-  const base64 = btoa(String.fromCharCode(...new Uint8Array(der)));
-  const lines = base64.match(/.{1,64}/g) ?? [];
-  return `-----BEGIN ${label}-----\n${lines.join("\n")}\n-----END ${label}-----\n`;
 }
 
 function randomHex(bytes: number): string {

@@ -7,8 +7,12 @@
  *
  * @module
  */
+import { derToPem } from "./pem.ts";
 import * as asn1js from "asn1js";
 import * as pkijs from "pkijs";
+
+/** Re-exported: the root certificate is handed out as PEM (`rootPem`, `STOREA_ROOT_CERTS`). */
+export { derToPem } from "./pem.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -154,7 +158,7 @@ export async function createStoreaTestPki(
   return {
     rootDer: root,
     rootPem: derToPem(root),
-    x5c: [toBase64(leaf), toBase64(intermediate), toBase64(root)],
+    x5c: [leaf.toBase64(), intermediate.toBase64(), root.toBase64()],
     leafPrivateKey: leafKeys.privateKey,
     leafPublicKey: leafKeys.publicKey,
     certificates: { leaf, intermediate, root },
@@ -168,12 +172,6 @@ export async function createStoreaTestPki(
 export async function writeStoreaRootPem(pki: StoreaTestPki, path: string): Promise<string> {
   await Deno.writeTextFile(path, pki.rootPem);
   return path;
-}
-
-/** Encodes a DER certificate as PEM with 64-character lines. */
-export function derToPem(der: Uint8Array): string {
-  const lines = toBase64(der).match(/.{1,64}/g) ?? [];
-  return `-----BEGIN CERTIFICATE-----\n${lines.join("\n")}\n-----END CERTIFICATE-----\n`;
 }
 
 /** keyUsage BIT STRING DER: keyCertSign | cRLSign (bits 5, 6; one unused trailing bit). */
@@ -296,12 +294,6 @@ function randomSerial(): ArrayBuffer {
 
 function generateEcKeyPair(namedCurve: "P-256" | "P-384"): Promise<CryptoKeyPair> {
   return crypto.subtle.generateKey({ name: "ECDSA", namedCurve }, true, ["sign", "verify"]);
-}
-
-function toBase64(bytes: Uint8Array): string {
-  let binary = "";
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return btoa(binary);
 }
 
 function toBytes(buffer: ArrayBuffer): Uint8Array<ArrayBuffer> {

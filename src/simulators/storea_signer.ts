@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { base64url } from "../crypto/secrets.ts";
 import { CompactSign } from "jose";
 import type { StoreaTestPki } from "./storea_pki.ts";
 
@@ -330,10 +331,4 @@ function withoutUndefined<T extends object>(value: T): T {
   return Object.fromEntries(
     Object.entries(value).filter(([, field]) => field !== undefined),
   ) as T;
-}
-
-function base64url(bytes: Uint8Array): string {
-  let binary = "";
-  for (const byte of bytes) binary += String.fromCharCode(byte);
-  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
 }

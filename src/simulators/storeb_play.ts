@@ -21,6 +21,7 @@
  * `iss`, `aud` = its own token URL, the androidpublisher scope, a lifetime of at most an hour);
  * the API accepts only access tokens it issued, unexpired and not revoked.
  */
+import { base64url } from "../crypto/secrets.ts";
 import { decodeJwt, decodeProtectedHeader, importSPKI, jwtVerify } from "jose";
 import { createPublicKey } from "node:crypto";
 
@@ -548,7 +549,5 @@ function json(status: number, body: unknown, headers?: Record<string, string>): 
 }
 
 function randomToken(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(32));
-  return btoa(String.fromCharCode(...bytes)).replaceAll("+", "-").replaceAll("/", "_")
-    .replace(/=+$/, "");
+  return base64url(crypto.getRandomValues(new Uint8Array(32)));
 }
