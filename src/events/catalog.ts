@@ -134,41 +134,21 @@ export function classifyStorea(
 export function classifyStoreb(notification: Record<string, unknown>): CatalogEntry {
   const subscription = objectOrNull(notification.subscriptionNotification);
   if (subscription) {
-    const type = subscription.notificationType;
-    const event = typeof type === "number" ? STOREB_SUBSCRIPTION_EVENTS[type] : undefined;
-    const token = subscription.purchaseToken;
-    return {
-      event: event ?? "unknown",
-      reason: null,
-      platformEvent: `storeb.subscription.${typeof type === "number" ? type : "unknown"}`,
-      subject: event && typeof token === "string"
-        ? {
-          key: token,
-          productId: typeof subscription.subscriptionId === "string"
-            ? subscription.subscriptionId
-            : null,
-          type: "subscription",
-        }
-        : null,
-    };
+    return classifyPurchaseNotification(subscription, {
+      events: STOREB_SUBSCRIPTION_EVENTS,
+      platformPrefix: "storeb.subscription",
+      productId: subscription.subscriptionId,
+      type: "subscription",
+    });
   }
   const oneTime = objectOrNull(notification.oneTimeProductNotification);
   if (oneTime) {
-    const type = oneTime.notificationType;
-    const event = typeof type === "number" ? STOREB_ONE_TIME_EVENTS[type] : undefined;
-    const token = oneTime.purchaseToken;
-    return {
-      event: event ?? "unknown",
-      reason: null,
-      platformEvent: `storeb.one_time_product.${typeof type === "number" ? type : "unknown"}`,
-      subject: event && typeof token === "string"
-        ? {
-          key: token,
-          productId: typeof oneTime.sku === "string" ? oneTime.sku : null,
-          type: "product",
-        }
-        : null,
-    };
+    return classifyPurchaseNotification(oneTime, {
+      events: STOREB_ONE_TIME_EVENTS,
+      platformPrefix: "storeb.one_time_product",
+      productId: oneTime.sku,
+      type: "product",
+    });
   }
   const voided = objectOrNull(notification.voidedPurchaseNotification);
   if (voided) {
@@ -184,6 +164,34 @@ export function classifyStoreb(notification: Record<string, unknown>): CatalogEn
     return { event: "test", reason: null, platformEvent: "storeb.test", subject: null };
   }
   return { event: "unknown", reason: null, platformEvent: "storeb.unknown", subject: null };
+}
+
+/** A store B notification about one purchase: its numbered type, and a subject when known. */
+function classifyPurchaseNotification(
+  notification: Record<string, unknown>,
+  kind: {
+    events: Record<number, string>;
+    platformPrefix: string;
+    productId: unknown;
+    type: Subject["type"];
+  },
+): CatalogEntry {
+  const type = notification.notificationType;
+  const event = typeof type === "number" ? kind.events[type] : undefined;
+  const token = notification.purchaseToken;
+  return {
+    event: event ?? "unknown",
+    reason: null,
+    platformEvent: `${kind.platformPrefix}.${typeof type === "number" ? type : "unknown"}`,
+    // decisions.md 8: unknown notifications carry no subject.
+    subject: event && typeof token === "string"
+      ? {
+        key: token,
+        productId: typeof kind.productId === "string" ? kind.productId : null,
+        type: kind.type,
+      }
+      : null,
+  };
 }
 
 function objectOrNull(value: unknown): Record<string, unknown> | null {
