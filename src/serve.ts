@@ -28,6 +28,13 @@ import { StoreaTokenSigner } from "./storea/api_token.ts";
 import { StoreaVerifier } from "./storea/verify.ts";
 import { SingleFlight } from "./single_flight.ts";
 import { ValidationAudit } from "./audit/validation_audit.ts";
+import { findTenant } from "./db/tenants.ts";
+import { ingestNotification } from "./events/ingest.ts";
+import { Dispatcher } from "./delivery/dispatcher.ts";
+import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
+import { storeaWebhookRoute } from "./api/storea_webhook.ts";
+import { storebWebhookRoute } from "./api/storeb_webhook.ts";
+import { PushTokenVerifier } from "./storeb/push_token.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
@@ -52,6 +59,8 @@ export async function serve(config: Config, log: Logger): Promise<void> {
   let server: Deno.HttpServer | undefined;
   let authenticator: Authenticator | undefined;
   let audit: ValidationAudit | null = null;
+  let dispatcher: Dispatcher | undefined;
+  const sweeps = new AbortController();
   try {
     const applied = await migrate(db.sql);
     if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
@@ -67,6 +76,8 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     });
     authenticator.start();
     const credentials = new TtlCache<TenantCredentials>(CREDENTIALS_TTL_MS);
+    const credentialsOf = (tenantId: string) =>
+      credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId));
     const verifyDeps = {
       version: config.version,
       authenticator,
@@ -74,10 +85,17 @@ export async function serve(config: Config, log: Logger): Promise<void> {
         perSecond: config.rateLimitPerSecond,
         burst: config.rateLimitBurst,
       }),
-      credentialsOf: (tenantId: string) =>
-        credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId)),
+      credentialsOf,
       flights: new SingleFlight(),
       audit,
+    };
+    dispatcher = await startDispatcher(db, box, config, log, sweeps.signal);
+    const receiverDeps = {
+      log,
+      findTenant: (tenantId: string) => findTenant(db.sql, tenantId),
+      credentialsOf,
+      ingest: ingestNotification.bind(null, db.sql),
+      onEnqueued: () => dispatcher?.kick(),
     };
     const router = new Router([
       ...healthRoutes({ version: config.version, checkReadiness: () => readiness.check() }),
@@ -99,6 +117,14 @@ export async function serve(config: Config, log: Logger): Promise<void> {
           apiUrl: config.storebApiUrl,
           tokenUrl: config.storebTokenUrl,
           timeoutMs: config.upstreamTimeoutMs,
+        }),
+      }),
+      storeaWebhookRoute({ ...receiverDeps, jws: storeaJws }),
+      storebWebhookRoute({
+        ...receiverDeps,
+        pushTokens: new PushTokenVerifier({
+          certsUrl: config.storebOidcCertsUrl,
+          issuers: config.storebOidcIssuers,
         }),
       }),
     ]);
@@ -148,7 +174,12 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     if (!drained) log.warn("shutdown_timeout", { timeoutMs: config.shutdownTimeoutMs });
     await server.shutdown();
     server = undefined;
+    // Stop claiming; attempts in flight finish (each is bounded by DELIVERY_TIMEOUT).
+    sweeps.abort();
+    await dispatcher.stop();
   } finally {
+    sweeps.abort();
+    await dispatcher?.stop().catch(() => {});
     await server?.shutdown().catch(() => {});
     await authenticator?.stop();
     await audit?.stop().catch((error) => log.warn("audit_flush_failed", log.errorFields(error)));
@@ -190,6 +221,34 @@ async function startValidationAudit(
   await prune();
   Deno.cron("validation audit retention", "17 3 * * *", prune);
   return audit;
+}
+
+/**
+ * Starts this process's dispatcher: a sweep now (deliveries left by a stopped or killed process
+ * are due again), then every minute from `Deno.cron`, and whenever an admin command requeues
+ * deliveries.
+ */
+async function startDispatcher(
+  db: Database,
+  box: SecretBox,
+  config: Config,
+  log: Logger,
+  signal: AbortSignal,
+): Promise<Dispatcher> {
+  const dispatcher = new Dispatcher({
+    sql: db.sql,
+    box,
+    log,
+    version: config.version,
+    retryScheduleMs: config.deliveryRetryScheduleMs,
+    timeoutMs: config.deliveryTimeoutMs,
+    concurrency: config.deliveryConcurrency,
+    allowInsecure: config.callbackAllowInsecure,
+  });
+  await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());
+  dispatcher.kick();
+  Deno.cron("delivery retry sweep", "* * * * *", { signal }, () => dispatcher.sweep());
+  return dispatcher;
 }
 
 /** The `/ready` checks (spec 4.6). */

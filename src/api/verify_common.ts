@@ -3,8 +3,8 @@
  * decisions.md 6: API key (401) -> rate limit (429) -> body (400) -> credentials (400).
  */
 import type { z } from "zod";
-import { invalidRequest, ServiceError } from "../errors.ts";
-import { readJsonBody, VERIFY_BODY_LIMIT } from "../http/body.ts";
+import { ServiceError } from "../errors.ts";
+import { readValidatedBody, VERIFY_BODY_LIMIT } from "../http/body.ts";
 import { jsonResponse } from "../http/server.ts";
 import type { RequestContext } from "../http/router.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
@@ -70,23 +70,12 @@ export async function admitVerifyRequest<T, S extends Store>(
   const owner = await deps.authenticator.authenticate(request.headers.get("authorization"));
   context.tenantId = owner.tenantId;
   deps.rateLimiter.take(owner.tenantId);
-  const json = await readJsonBody(request, VERIFY_BODY_LIMIT);
-  const parsed = schema.safeParse(json);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((issue) => ({
-      path: issue.path.join("."),
-      message: issue.message,
-    }));
-    throw invalidRequest(
-      `invalid request body: ${issues.map((i) => `${i.path || "body"}: ${i.message}`).join("; ")}`,
-      { issues },
-    );
-  }
+  const body = await readValidatedBody(request, schema, VERIFY_BODY_LIMIT);
   const credentials = (await deps.credentialsOf(owner.tenantId))[store];
   if (credentials === null) throw credentialsMissing(store);
   return {
     tenantId: owner.tenantId,
-    body: parsed.data,
+    body,
     credentials: credentials as NonNullable<TenantCredentials[S]>,
   };
 }

@@ -30,14 +30,27 @@ import {
 import { mintApiKey } from "../auth/api_key.ts";
 import { newId } from "../ids.ts";
 import { callbackUrlProblem } from "../delivery/callback_url.ts";
+import { parseDuration } from "../config.ts";
+import {
+  type DeliveryStatus,
+  findDelivery,
+  listDeliveries,
+  notifyDispatchers,
+  requeueDeliveries,
+} from "../delivery/queue.ts";
+import { sendDelivery } from "../delivery/sender.ts";
+import { loadDeliveryTarget, rotateWebhookSecret } from "../db/tenants.ts";
 
 /** A command that failed; `code` is printed as `error`. Exit 1. */
 export class CommandError extends Error {
   readonly code: string;
-  constructor(code: string, message: string) {
+  /** More fields for the stderr JSON. */
+  readonly details?: Record<string, unknown>;
+  constructor(code: string, message: string, details?: Record<string, unknown>) {
     super(message);
     this.name = "CommandError";
     this.code = code;
+    this.details = details;
   }
 }
 
@@ -72,6 +85,11 @@ export const USAGE = `usage: purchase-relay <command>
       --private-key-file PATH [--environment auto|production|sandbox] [--app-id NUMBER]
   storeb set-credentials TENANT_ID --package-name NAME --service-account-file PATH
       --push-audience AUDIENCE [--push-service-account EMAIL]
+  tenant rotate-secret ID [--grace DURATION]
+  deliveries list [--tenant ID] [--status pending|delivered|failed] [--limit N]
+  deliveries show ID
+  deliveries retry ID | --tenant ID --status failed [--since TIME]
+  webhook test TENANT_ID
   audit lookup TENANT_ID --subject TRANSACTION_ID_OR_TOKEN [--limit N]`;
 
 const COMMANDS: Record<string, Command> = {
@@ -172,6 +190,147 @@ const COMMANDS: Record<string, Command> = {
     if (webhookSecret !== null) printed.webhookSecret = webhookSecret;
     printed.updatedAt = tenant.updatedAt;
     return printed;
+  },
+  "tenant rotate-secret": async (args, context) => {
+    const parsed = parse(args, { grace: { type: "string" } });
+    const id = onePositional(parsed, "ID");
+    const graceMs = parseDuration(parsed.values.grace ?? "24h");
+    if (graceMs === null) throw new UsageError("--grace must be a duration such as 30m, 24h or 7d");
+    const { db, box } = await context.open();
+    const tenant = await mustFindTenant(db, id);
+    if (tenant.callbackUrl === null) {
+      throw new CommandError("NO_CALLBACK_URL", "the tenant has no callback URL; set one first");
+    }
+    const webhookSecret = webhookSecretFrom(undefined);
+    const rotated =
+      (await rotateWebhookSecret(db.sql, box, id, { secret: webhookSecret, graceMs }))!;
+    return {
+      id,
+      webhookSecret,
+      previousSecretValidUntil: rotated.previousSecretExpiresAt,
+      updatedAt: rotated.tenant.updatedAt,
+    };
+  },
+  "deliveries list": async (args, context) => {
+    const { values } = parse(args, {
+      tenant: { type: "string" },
+      status: { type: "string" },
+      limit: { type: "string" },
+    });
+    const status = deliveryStatus(values.status);
+    const limit = Number(values.limit ?? "50");
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) {
+      throw new UsageError("--limit must be an integer from 1 to 10000");
+    }
+    const { db } = await context.open();
+    const deliveries = await listDeliveries(db.sql, {
+      tenantId: values.tenant ?? null,
+      status,
+      limit,
+    });
+    return { deliveries };
+  },
+  "deliveries show": async (args, context) => {
+    const id = onePositional(parse(args, {}), "ID");
+    const { db } = await context.open();
+    const delivery = await findDelivery(db.sql, id);
+    if (delivery === null) throw new CommandError("DELIVERY_NOT_FOUND", `no delivery ${id}`);
+    const { attemptLog, ...fields } = delivery;
+    return { ...fields, attemptLog };
+  },
+  // Manual re-delivery: an immediate attempt and a fresh retry schedule. Running services are
+  // woken through the database; one that cannot hear it picks the work up at its next sweep.
+  "deliveries retry": async (args, context) => {
+    const parsed = parse(args, {
+      tenant: { type: "string" },
+      status: { type: "string" },
+      since: { type: "string" },
+    });
+    const { values, positionals } = parsed;
+    const { db } = await context.open();
+    if (positionals.length === 1 && values.tenant === undefined) {
+      if (values.status !== undefined || values.since !== undefined) {
+        throw new UsageError("deliveries retry ID takes no --status or --since");
+      }
+      const id = positionals[0];
+      if (await findDelivery(db.sql, id) === null) {
+        throw new CommandError("DELIVERY_NOT_FOUND", `no delivery ${id}`);
+      }
+      const queued = await requeueDeliveries(db.sql, { id });
+      if (queued.length === 0) {
+        throw new CommandError("DELIVERY_IN_FLIGHT", `delivery ${id} is being sent right now`);
+      }
+      await notifyDispatchers(db.sql);
+      return { queued };
+    }
+    if (positionals.length !== 0 || values.tenant === undefined) {
+      throw new UsageError("expected a delivery ID, or --tenant ID --status failed [--since TIME]");
+    }
+    const status = deliveryStatus(required(values, "status"))!;
+    let since: Date | null = null;
+    if (values.since !== undefined) {
+      since = new Date(values.since);
+      if (Number.isNaN(since.getTime())) {
+        throw new UsageError("--since must be an ISO-8601 time such as 2026-01-31T00:00:00Z");
+      }
+    }
+    await mustFindTenant(db, values.tenant);
+    const queued = await requeueDeliveries(db.sql, { tenantId: values.tenant, status, since });
+    if (queued.length > 0) await notifyDispatchers(db.sql);
+    return { queued };
+  },
+  // Sends a signed `test` event straight to the callback, exactly as the dispatcher would, and
+  // reports the answer. Nothing is stored.
+  "webhook test": async (args, context) => {
+    const tenantId = onePositional(parse(args, {}), "TENANT_ID");
+    const { db, box } = await context.open();
+    await mustFindTenant(db, tenantId);
+    const target = (await loadDeliveryTarget(db.sql, box, tenantId))!;
+    if (target.callbackUrl === null) {
+      throw new CommandError("NO_CALLBACK_URL", "the tenant has no callback URL; set one first");
+    }
+    const eventId = newId("evt");
+    const payload = JSON.stringify({
+      event: "test",
+      reason: null,
+      platformEvent: "service.test",
+      eventId,
+      externalId: eventId,
+      timestamp: new Date().toISOString(),
+      tenantId,
+      source: "service",
+      subject: null,
+      data: { message: "a test delivery sent by purchase-relay webhook test" },
+      raw: {},
+    });
+    const result = await sendDelivery({
+      callbackUrl: target.callbackUrl,
+      payload,
+      event: "test",
+      eventId,
+      secrets: target.secrets,
+    }, {
+      version: context.config.version,
+      timeoutMs: context.config.deliveryTimeoutMs,
+      allowInsecure: context.config.callbackAllowInsecure,
+    });
+    const delivered = result.responseCode !== null && result.responseCode >= 200 &&
+      result.responseCode < 300;
+    const outcome = {
+      tenantId,
+      callbackUrl: target.callbackUrl,
+      eventId,
+      delivered,
+      responseCode: result.responseCode,
+      responseBody: result.responseBody,
+      error: result.error,
+      durationMs: Math.round(result.durationMs),
+    };
+    if (!delivered) {
+      const why = result.error ?? `the callback answered ${result.responseCode}`;
+      throw new CommandError("WEBHOOK_TEST_FAILED", why, outcome);
+    }
+    return outcome;
   },
   "key create": async (args, context) => {
     const parsed = parse(args, { env: { type: "string" }, name: { type: "string" } });
@@ -307,7 +466,7 @@ export async function runCli(argv: string[], context: CliContext): Promise<numbe
       return 2;
     }
     if (error instanceof CommandError) {
-      await writeLine(Deno.stderr, { error: error.code, message: error.message });
+      await writeLine(Deno.stderr, { error: error.code, message: error.message, ...error.details });
       return 1;
     }
     const code = (error as { code?: unknown })?.code;
@@ -386,6 +545,14 @@ function webhookSecretFrom(given: string | undefined): string {
     throw new CommandError("WEAK_WEBHOOK_SECRET", "a webhook secret needs at least 32 characters");
   }
   return given;
+}
+
+function deliveryStatus(text: string | undefined): DeliveryStatus | null {
+  if (text === undefined) return null;
+  if (text !== "pending" && text !== "delivered" && text !== "failed") {
+    throw new UsageError("--status must be pending, delivered or failed");
+  }
+  return text;
 }
 
 async function mustFindTenant(db: Database, id: string): Promise<Tenant> {

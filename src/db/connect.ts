@@ -14,6 +14,11 @@ export type Sql = postgres.Sql;
 export interface Database {
   sql: Sql;
   engine: "postgresql" | "embedded";
+  /**
+   * Calls `onNotify` whenever any process runs `NOTIFY channel`. A process that uses an embedded
+   * engine hosted by another process hears nothing (it relies on its periodic work instead).
+   */
+  listen(channel: string, onNotify: () => void): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -71,7 +76,13 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
       await sleep(Math.min(500, Math.max(0, deadline - Date.now())));
     }
   }
-  return { sql, engine: "postgresql", close: () => sql.end({ timeout: 5 }) };
+  return {
+    sql,
+    engine: "postgresql",
+    // npm:postgres listens on a dedicated connection and re-listens after reconnecting.
+    listen: async (channel, onNotify) => void await sql.listen(channel, () => onNotify()),
+    close: () => sql.end({ timeout: 5 }),
+  };
 }
 
 async function connectEmbedded(options: ConnectOptions): Promise<Database> {
@@ -90,7 +101,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
     while (true) {
       if (await socketAnswers(sharedSocket)) {
         lockFile.close();
-        return embeddedClient(dataDir, options.poolSize, async () => {});
+        return embeddedClient(dataDir, options.poolSize, null, async () => {});
       }
       if (await lockFile.tryLock(true)) break;
       if (Date.now() >= deadline) {
@@ -123,7 +134,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
       },
     );
   }
-  return embeddedClient(server.socketDir, options.poolSize, async () => {
+  return embeddedClient(server.socketDir, options.poolSize, server, async () => {
     await server.close();
     if (privateDir) await Deno.remove(privateDir, { recursive: true }).catch(() => {});
     await lockFile.unlock().catch(() => {});
@@ -131,7 +142,12 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
   });
 }
 
-function embeddedClient(socketDir: string, poolSize: number, stop: () => Promise<void>): Database {
+function embeddedClient(
+  socketDir: string,
+  poolSize: number,
+  host: EmbeddedServer | null,
+  stop: () => Promise<void>,
+): Database {
   const sql = postgres({
     host: socketDir,
     port: 5432,
@@ -146,6 +162,7 @@ function embeddedClient(socketDir: string, poolSize: number, stop: () => Promise
   return {
     sql,
     engine: "embedded",
+    listen: (channel, onNotify) => host?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
       await sql.end({ timeout: 5 });
       await stop();

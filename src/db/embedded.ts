@@ -27,6 +27,11 @@ const TRANSACTION_IDLE_LIMIT_MS = 30_000;
 export interface EmbeddedServer {
   /** The directory holding the socket (`host` for `npm:postgres`). */
   socketDir: string;
+  /**
+   * Calls `onNotify` on every `NOTIFY channel`, whichever connection sends it. It runs under the
+   * session lock, so it never lands inside a client's open transaction.
+   */
+  listen(channel: string, onNotify: () => void): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -66,6 +71,14 @@ export async function startEmbeddedServer(
 
   return {
     socketDir,
+    async listen(channel, onNotify) {
+      const release = await lock.acquire();
+      try {
+        await db.listen(channel, () => onNotify());
+      } finally {
+        release();
+      }
+    },
     async close() {
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -86,8 +86,70 @@ export async function setTenantCallback(
     UPDATE tenants
     SET callback_url = ${settings.callbackUrl},
         webhook_secret_sealed = COALESCE(${sealed}, webhook_secret_sealed),
+        -- A secret set here replaces the old one at once; rotate-secret is the gentle way.
+        previous_webhook_secret_sealed = CASE
+          WHEN ${sealed}::text IS NULL THEN previous_webhook_secret_sealed END,
         updated_at = now()
     WHERE id = ${id}
     RETURNING *`;
   return row ? toTenant(row) : null;
+}
+
+/** Where and how a tenant's deliveries are sent, read afresh for every attempt. */
+export interface DeliveryTarget {
+  active: boolean;
+  callbackUrl: string | null;
+  /** The secrets to sign with: the current one, then the previous one during a rotation. */
+  secrets: string[];
+}
+
+/** The delivery target of a tenant, or null when it does not exist. */
+export async function loadDeliveryTarget(
+  sql: Sql,
+  box: SecretBox,
+  id: string,
+): Promise<DeliveryTarget | null> {
+  const [row] = await sql`
+    SELECT active, callback_url, webhook_secret_sealed, previous_webhook_secret_sealed,
+           previous_webhook_secret_expires_at > now() AS previous_valid
+    FROM tenants WHERE id = ${id}`;
+  if (!row) return null;
+  const secrets: string[] = [];
+  if (row.webhook_secret_sealed !== null) {
+    secrets.push(await box.open("webhook-secret", id, row.webhook_secret_sealed));
+  }
+  if (row.previous_webhook_secret_sealed !== null && row.previous_valid === true) {
+    secrets.push(await box.open("webhook-secret", id, row.previous_webhook_secret_sealed));
+  }
+  return { active: row.active, callbackUrl: row.callback_url, secrets };
+}
+
+/**
+ * Replaces the webhook secret and keeps the current one as the previous secret until
+ * `graceMs` from now, so receivers can switch over while both signatures are sent. Returns null
+ * when the tenant does not exist.
+ */
+export async function rotateWebhookSecret(
+  sql: Sql,
+  box: SecretBox,
+  id: string,
+  rotation: { secret: string; graceMs: number },
+): Promise<{ tenant: Tenant; previousSecretExpiresAt: string | null } | null> {
+  const sealed = await box.seal("webhook-secret", id, rotation.secret);
+  const [row] = await sql`
+    UPDATE tenants
+    SET previous_webhook_secret_sealed = webhook_secret_sealed,
+        previous_webhook_secret_expires_at = CASE
+          WHEN webhook_secret_sealed IS NULL THEN NULL
+          ELSE now() + ${rotation.graceMs} * interval '1 millisecond' END,
+        webhook_secret_sealed = ${sealed},
+        updated_at = now()
+    WHERE id = ${id}
+    RETURNING *`;
+  if (!row) return null;
+  const expires = row.previous_webhook_secret_expires_at;
+  return {
+    tenant: toTenant(row),
+    previousSecretExpiresAt: expires === null ? null : new Date(expires).toISOString(),
+  };
 }

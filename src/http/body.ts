@@ -2,6 +2,7 @@
  * Reads JSON request bodies. The size limit is counted on the bytes actually read, never on
  * `Content-Length` alone, and reading stops as soon as it is exceeded.
  */
+import type { z } from "zod";
 import { invalidRequest } from "../errors.ts";
 
 /** Verify endpoints accept at most 16 KB (spec 8). */
@@ -77,4 +78,22 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array>
 
 function tooLarge(limit: number) {
   return invalidRequest(`the request body exceeds ${limit} bytes`, { limitBytes: limit });
+}
+
+/** Reads the JSON body and validates it with `schema`: 400 `INVALID_REQUEST` naming each issue. */
+export async function readValidatedBody<T>(
+  request: Request,
+  schema: z.ZodType<T>,
+  limit: number,
+): Promise<T> {
+  const parsed = schema.safeParse(await readJsonBody(request, limit));
+  if (parsed.success) return parsed.data;
+  const issues = parsed.error.issues.map((issue) => ({
+    path: issue.path.join("."),
+    message: issue.message,
+  }));
+  throw invalidRequest(
+    `invalid request body: ${issues.map((i) => `${i.path || "body"}: ${i.message}`).join("; ")}`,
+    { issues },
+  );
 }

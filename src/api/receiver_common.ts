@@ -1,0 +1,47 @@
+/** What both notification receivers share: ingest and the receipt (spec 2.6). */
+import { jsonResponse } from "../http/server.ts";
+import type { RequestContext } from "../http/router.ts";
+import type { TenantCredentials } from "../db/credentials.ts";
+import type { Tenant } from "../db/tenants.ts";
+import type { Receipt, VerifiedNotification } from "../events/ingest.ts";
+import type { Logger } from "../log.ts";
+
+/** What the receivers need. */
+export interface ReceiverDeps {
+  log: Logger;
+  /** The tenant, read from the database (no cache: activation must take effect at once). */
+  findTenant: (tenantId: string) => Promise<Tenant | null>;
+  /** The tenant's store credentials (cached briefly by the caller). */
+  credentialsOf: (tenantId: string) => Promise<TenantCredentials>;
+  /** Stores the event and its delivery in one transaction. */
+  ingest: (notification: VerifiedNotification) => Promise<Receipt>;
+  /** Called after a delivery was committed, for the immediate first attempt. */
+  onEnqueued: () => void;
+}
+
+/** Ingests a verified notification and answers with the receipt, only after the commit. */
+export async function receiptResponse(
+  deps: ReceiverDeps,
+  context: RequestContext,
+  notification: VerifiedNotification,
+): Promise<Response> {
+  const receipt = await deps.ingest(notification);
+  if (receipt.enqueuedDelivery) deps.onEnqueued();
+  deps.log.info("notification_received", {
+    reqId: context.reqId,
+    tenantId: notification.tenantId,
+    source: notification.source,
+    eventId: receipt.eventId,
+    externalId: receipt.externalId,
+    event: notification.entry.event,
+    platformEvent: notification.entry.platformEvent,
+    isNew: receipt.isNew,
+    enqueuedDelivery: receipt.enqueuedDelivery,
+  });
+  return jsonResponse(200, {
+    eventId: receipt.eventId,
+    externalId: receipt.externalId,
+    isNew: receipt.isNew,
+    enqueuedDelivery: receipt.enqueuedDelivery,
+  });
+}

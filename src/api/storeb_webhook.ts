@@ -1,0 +1,72 @@
+/**
+ * `POST /v1/webhooks/storeb/:tenantId` (spec 4.4). Checks in the order of decisions.md 7:
+ * unknown tenant (401, whatever the token, so tenant ids cannot be enumerated) -> OIDC push
+ * token (401) -> store B credentials (401: no audience to check against) -> inactive tenant
+ * (404) -> envelope (400) -> package (400) -> dedup -> 200 after the commit.
+ */
+import { ServiceError } from "../errors.ts";
+import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
+import type { Route } from "../http/router.ts";
+import type { PushTokenVerifier } from "../storeb/push_token.ts";
+import { decodeStorebNotification, pushEnvelopeSchema } from "../storeb/notification.ts";
+import { classifyStoreb } from "../events/catalog.ts";
+import { isId } from "../ids.ts";
+import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
+
+/** What the store B receiver needs beyond the common receiver dependencies. */
+export interface StorebWebhookDeps extends ReceiverDeps {
+  pushTokens: PushTokenVerifier;
+}
+
+/** The store B receiver route. */
+export function storebWebhookRoute(deps: StorebWebhookDeps): Route {
+  return {
+    method: "POST",
+    pattern: "/v1/webhooks/storeb/:tenantId",
+    handler: async (request, context) => {
+      const tenantId = context.params.tenantId;
+      const authorization = request.headers.get("authorization");
+      const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
+      // spec 4.4: an unknown tenant is indistinguishable from a bad token.
+      if (tenant === null) throw unauthenticated();
+      const credentials = (await deps.credentialsOf(tenantId)).storeb;
+      if (credentials === null) throw unauthenticated();
+      try {
+        await deps.pushTokens.verify(authorization, {
+          audience: credentials.pushAudience,
+          serviceAccountEmail: credentials.pushServiceAccount,
+        });
+      } catch (error) {
+        // One message for every UNAUTHENTICATED case, so that a known tenant cannot be told
+        // from an unknown one by the wording; the reason goes to the debug log.
+        if (error instanceof ServiceError && error.code === "UNAUTHENTICATED") {
+          deps.log.debug("push_token_refused", { reqId: context.reqId, reason: error.message });
+          throw unauthenticated();
+        }
+        throw error;
+      }
+      context.tenantId = tenantId;
+      if (!tenant.active) {
+        throw new ServiceError("TENANT_NOT_FOUND", `tenant ${tenantId} is inactive`);
+      }
+
+      const envelope = await readValidatedBody(request, pushEnvelopeSchema, RECEIVER_BODY_LIMIT);
+      const { messageId, notification } = decodeStorebNotification(
+        envelope,
+        credentials.packageName,
+      );
+      return await receiptResponse(deps, context, {
+        tenantId,
+        source: "storeb",
+        externalId: messageId,
+        entry: classifyStoreb(notification),
+        data: notification,
+        raw: envelope,
+      });
+    },
+  };
+}
+
+function unauthenticated(): ServiceError {
+  return new ServiceError("UNAUTHENTICATED", "missing or invalid push token");
+}

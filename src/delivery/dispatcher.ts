@@ -1,0 +1,216 @@
+/**
+ * The dispatcher: one per process, sharing the queue with any number of replicas.
+ *
+ * - A receiver's commit is followed by `kick()`: the first attempt is immediate.
+ * - `sweep()` runs from a `Deno.cron` job every minute and at boot: it claims what is due, and
+ *   sets a timer for the next delivery that falls due (or whose lease ends) within the minute,
+ *   so a 30 s retry is not late by up to a minute (decisions.md 2).
+ * - Claims are leased for longer than an attempt can take; a process that dies leaves its
+ *   claims to be taken over when their leases end (at-least-once).
+ * - At most `concurrency` attempts are in flight; claims never exceed the free slots, so a
+ *   claimed delivery never waits on a busy process while its lease runs out.
+ * - `stop()` stops claiming and waits for the attempts in flight.
+ */
+import type { Sql } from "../db/connect.ts";
+import type { SecretBox } from "../crypto/secrets.ts";
+import type { Logger } from "../log.ts";
+import { loadDeliveryTarget } from "../db/tenants.ts";
+import { newId } from "../ids.ts";
+import {
+  type AttemptResult,
+  type AttemptVerdict,
+  claimDueDeliveries,
+  type ClaimedDelivery,
+  nextDueAt,
+  recordAttempt,
+  releaseClaim,
+} from "./queue.ts";
+import { sendDelivery } from "./sender.ts";
+
+/** How far ahead a sweep schedules deliveries precisely: the cron period. */
+const SWEEP_HORIZON_MS = 60_000;
+
+/** What the dispatcher needs. */
+export interface DispatcherOptions {
+  sql: Sql;
+  box: SecretBox;
+  log: Logger;
+  version: string;
+  /** Delays after the immediate first attempt; after the last, `failed`. */
+  retryScheduleMs: number[];
+  timeoutMs: number;
+  concurrency: number;
+  allowInsecure: boolean;
+}
+
+/** Sends due deliveries, retries them on schedule, and records every attempt. */
+export class Dispatcher {
+  /** This process's name on the leases it holds. */
+  readonly owner = newId("dlv").replace("dlv_", "dispatcher_");
+  #options: DispatcherOptions;
+  #leaseMs: number;
+  #inFlight = new Set<Promise<void>>();
+  #pumping = false;
+  #pumpAgain = false;
+  #stopped = false;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timerAt = Infinity;
+
+  constructor(options: DispatcherOptions) {
+    this.#options = options;
+    // Longer than any attempt (the timeout bounds it), with room for recording it.
+    this.#leaseMs = 2 * options.timeoutMs + 5_000;
+  }
+
+  /** Attempts in flight now. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** A delivery was just committed: claim it (and anything else due) now. */
+  kick(): void {
+    this.#pump();
+  }
+
+  /** The periodic sweep: claim what is due, and schedule what falls due within the period. */
+  async sweep(): Promise<void> {
+    await this.#pump();
+  }
+
+  /** Stops claiming and resolves when the attempts in flight have been recorded. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+  }
+
+  async #pump(): Promise<void> {
+    if (this.#stopped) return;
+    if (this.#pumping) {
+      this.#pumpAgain = true;
+      return;
+    }
+    this.#pumping = true;
+    try {
+      do {
+        this.#pumpAgain = false;
+        await this.#claimWhileFree();
+      } while (this.#pumpAgain && !this.#stopped);
+      await this.#scheduleNextWakeUp();
+    } catch (error) {
+      // The database may be down; the next sweep or timer tries again.
+      this.#options.log.warn("delivery_claim_failed", this.#options.log.errorFields(error));
+      this.#wakeAt(Date.now() + 5_000);
+    } finally {
+      this.#pumping = false;
+    }
+  }
+
+  async #claimWhileFree(): Promise<void> {
+    while (!this.#stopped) {
+      const free = this.#options.concurrency - this.#inFlight.size;
+      if (free <= 0) return; // a finishing attempt pumps again
+      const claimed = await claimDueDeliveries(this.#options.sql, {
+        owner: this.owner,
+        limit: free,
+        leaseMs: this.#leaseMs,
+      });
+      for (const delivery of claimed) this.#start(delivery);
+      if (claimed.length < free) return;
+    }
+  }
+
+  #start(delivery: ClaimedDelivery): void {
+    const attempt = this.#attempt(delivery).catch((error) => {
+      this.#options.log.error("delivery_attempt_failed", {
+        deliveryId: delivery.id,
+        ...this.#options.log.errorFields(error),
+      });
+    }).finally(() => {
+      this.#inFlight.delete(attempt);
+      this.#pump();
+    });
+    this.#inFlight.add(attempt);
+  }
+
+  async #attempt(delivery: ClaimedDelivery): Promise<void> {
+    const { sql, box, log } = this.#options;
+    const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
+    if (target === null || !target.active) {
+      // Deactivated since the claim: the delivery waits for the tenant (decisions.md 9).
+      await releaseClaim(sql, delivery.id, this.owner);
+      return;
+    }
+    const result: AttemptResult = target.callbackUrl === null ? noCallback() : await sendDelivery({
+      callbackUrl: target.callbackUrl,
+      payload: delivery.payload,
+      event: delivery.event,
+      eventId: delivery.eventId,
+      secrets: target.secrets,
+    }, {
+      version: this.#options.version,
+      timeoutMs: this.#options.timeoutMs,
+      allowInsecure: this.#options.allowInsecure,
+    });
+    const verdict = this.#verdictOf(delivery.attempts, result);
+    const kept = await recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict });
+    const fields = {
+      deliveryId: delivery.id,
+      eventId: delivery.eventId,
+      tenantId: delivery.tenantId,
+      attempt: delivery.attempts + 1,
+      responseCode: result.responseCode,
+      error: result.error,
+      durationMs: Math.round(result.durationMs),
+      status: verdict.status,
+      nextAttemptAt: verdict.status === "pending" ? verdict.nextAttemptAt.toISOString() : null,
+    };
+    if (!kept) log.warn("delivery_lease_lost", fields);
+    else if (verdict.status === "failed") log.warn("delivery_failed", fields);
+    else log.info("delivery_attempt", fields);
+    if (verdict.status === "pending") this.#wakeAt(verdict.nextAttemptAt.getTime());
+  }
+
+  /** spec 3: 2xx delivers; otherwise the schedule, lengthened by a 429/503 `Retry-After`. */
+  #verdictOf(previousAttempts: number, result: AttemptResult): AttemptVerdict {
+    const code = result.responseCode;
+    if (code !== null && code >= 200 && code < 300) return { status: "delivered" };
+    const schedule = this.#options.retryScheduleMs;
+    if (previousAttempts >= schedule.length) return { status: "failed" };
+    const delay = Math.max(schedule[previousAttempts], result.retryAfterMs ?? 0);
+    return { status: "pending", nextAttemptAt: new Date(result.attemptedAt.getTime() + delay) };
+  }
+
+  async #scheduleNextWakeUp(): Promise<void> {
+    // While every slot is busy, each finishing attempt pumps; a timer would only spin.
+    if (this.#inFlight.size >= this.#options.concurrency) return;
+    const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS);
+    if (due !== null) this.#wakeAt(due.getTime());
+  }
+
+  /** Sets the one timer for `at` unless an earlier one is set (or `at` is past the horizon). */
+  #wakeAt(at: number): void {
+    if (this.#stopped) return;
+    if (this.#timer !== undefined && this.#timerAt <= at && this.#timerAt > Date.now()) return;
+    if (at > Date.now() + SWEEP_HORIZON_MS) return; // the next sweep schedules it
+    clearTimeout(this.#timer);
+    this.#timerAt = at;
+    // A few ms late rather than early: the database's now() must have passed the due time.
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+      this.#pump();
+    }, Math.max(0, at - Date.now()) + 20);
+  }
+}
+
+function noCallback(): AttemptResult {
+  return {
+    attemptedAt: new Date(),
+    durationMs: 0,
+    responseCode: null,
+    responseBody: null,
+    error: "the tenant has no callback URL",
+    retryAfterMs: null,
+  };
+}

@@ -1,0 +1,264 @@
+/**
+ * The delivery queue, designed in SQL first: the `deliveries` table is the queue, `status` and
+ * `next_attempt_at` say what is due, and a lease (`lease_owner`, `lease_expires_at`) says which
+ * process is sending it. Claims take rows with `FOR UPDATE SKIP LOCKED`, so replicas never claim
+ * the same delivery, and a dead process's claim is taken over once its lease ends.
+ */
+import type { Sql } from "../db/connect.ts";
+
+/** The channel on which a requeue wakes the dispatchers of every running process. */
+export const DELIVERY_QUEUE_CHANNEL = "purchase_relay_deliveries";
+
+/** Wakes every dispatcher listening on {@linkcode DELIVERY_QUEUE_CHANNEL}. */
+export async function notifyDispatchers(sql: Sql): Promise<void> {
+  await sql`SELECT pg_notify(${DELIVERY_QUEUE_CHANNEL}, '')`;
+}
+
+/** Delivery states (spec 3, decisions.md 9). */
+export type DeliveryStatus = "pending" | "delivered" | "failed";
+
+/** A delivery claimed for one attempt. */
+export interface ClaimedDelivery {
+  id: string;
+  eventId: string;
+  tenantId: string;
+  /** The unified event name, for `X-Service-Event`. */
+  event: string;
+  /** Attempts made since it was (re)queued. */
+  attempts: number;
+  /** The JSON body to send. */
+  payload: string;
+}
+
+/** What one attempt produced. */
+export interface AttemptResult {
+  attemptedAt: Date;
+  durationMs: number;
+  /** The callback's HTTP status, or null when no answer came. */
+  responseCode: number | null;
+  /** The first 4 KB of the answer's body. */
+  responseBody: string | null;
+  /** Why no usable answer came (network error, timeout, refused target), or null. */
+  error: string | null;
+  /** A `Retry-After` of a 429 or 503 answer, in milliseconds. */
+  retryAfterMs: number | null;
+}
+
+/** What becomes of a delivery after an attempt. */
+export type AttemptVerdict =
+  | { status: "delivered" }
+  | { status: "pending"; nextAttemptAt: Date }
+  | { status: "failed" };
+
+/**
+ * Claims up to `limit` due deliveries of active tenants for `owner`, for `leaseMs`. Deliveries of
+ * an inactive tenant are not claimed: they wait until it is activated (decisions.md 9).
+ */
+export async function claimDueDeliveries(
+  sql: Sql,
+  claim: { owner: string; limit: number; leaseMs: number },
+): Promise<ClaimedDelivery[]> {
+  const rows = await sql`
+    WITH due AS (
+      SELECT d.id
+      FROM deliveries d JOIN tenants t ON t.id = d.tenant_id
+      WHERE d.status = 'pending'
+        AND d.next_attempt_at <= now()
+        AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+        AND t.active
+      ORDER BY d.next_attempt_at
+      LIMIT ${claim.limit}
+      FOR UPDATE OF d SKIP LOCKED
+    )
+    UPDATE deliveries d
+    SET lease_owner = ${claim.owner},
+        lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
+    FROM due, events e
+    WHERE d.id = due.id AND e.id = d.event_id
+    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload`;
+  return rows.map((row) => ({
+    id: row.id,
+    eventId: row.event_id,
+    tenantId: row.tenant_id,
+    event: row.event,
+    attempts: row.attempts,
+    payload: row.payload,
+  }));
+}
+
+/**
+ * When the next pending delivery of an active tenant falls due (or its lease ends), if that is
+ * within `horizonMs`; null otherwise. The dispatcher sets a timer for it.
+ */
+export async function nextDueAt(sql: Sql, horizonMs: number): Promise<Date | null> {
+  const [row] = await sql`
+    SELECT min(greatest(d.next_attempt_at, coalesce(d.lease_expires_at, d.next_attempt_at)))
+             AS due
+    FROM deliveries d JOIN tenants t ON t.id = d.tenant_id
+    WHERE d.status = 'pending' AND t.active
+      AND d.next_attempt_at <= now() + ${horizonMs} * interval '1 millisecond'
+      AND (d.lease_expires_at IS NULL
+           OR d.lease_expires_at <= now() + ${horizonMs} * interval '1 millisecond')`;
+  return row?.due ? new Date(row.due) : null;
+}
+
+/**
+ * Records an attempt and moves the delivery to its next state, in one transaction. The state
+ * changes only while `owner` still holds the lease; the attempt is recorded either way.
+ * Returns false when the lease had been lost.
+ */
+export async function recordAttempt(
+  sql: Sql,
+  deliveryId: string,
+  attempt: { owner: string; result: AttemptResult; verdict: AttemptVerdict },
+): Promise<boolean> {
+  const { owner, result, verdict } = attempt;
+  return await sql.begin(async (tx) => {
+    await tx`
+      INSERT INTO delivery_attempts
+        (delivery_id, attempted_at, duration_ms, response_code, response_body, error)
+      VALUES (${deliveryId}, ${result.attemptedAt}, ${Math.round(result.durationMs)},
+              ${result.responseCode}, ${result.responseBody}, ${result.error})`;
+    const updated = await tx`
+      UPDATE deliveries
+      SET status = ${verdict.status},
+          attempts = attempts + 1,
+          next_attempt_at = ${verdict.status === "pending" ? verdict.nextAttemptAt : null},
+          delivered_at = ${verdict.status === "delivered" ? result.attemptedAt : null},
+          lease_owner = NULL,
+          lease_expires_at = NULL,
+          last_attempt_at = ${result.attemptedAt},
+          last_response_code = ${result.responseCode},
+          last_response_body = ${result.responseBody},
+          last_error = ${result.error},
+          updated_at = now()
+      WHERE id = ${deliveryId} AND lease_owner = ${owner}
+      RETURNING id`;
+    return updated.length === 1;
+  });
+}
+
+/** Gives a claimed delivery back unattempted (shutdown, or its tenant became inactive). */
+export async function releaseClaim(sql: Sql, deliveryId: string, owner: string): Promise<void> {
+  await sql`
+    UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL
+    WHERE id = ${deliveryId} AND lease_owner = ${owner}`;
+}
+
+/** A delivery as the admin CLI shows it. */
+export interface DeliveryRecord {
+  id: string;
+  eventId: string;
+  tenantId: string;
+  event: string;
+  platformEvent: string;
+  externalId: string;
+  source: string;
+  status: DeliveryStatus;
+  attempts: number;
+  nextAttemptAt: string | null;
+  lastAttemptAt: string | null;
+  lastResponseCode: number | null;
+  lastResponseBody: string | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+  createdAt: string;
+}
+
+/** One recorded attempt. */
+export interface AttemptRecord {
+  attemptedAt: string;
+  durationMs: number;
+  responseCode: number | null;
+  responseBody: string | null;
+  error: string | null;
+}
+
+// deno-lint-ignore no-explicit-any
+function toDelivery(row: any): DeliveryRecord {
+  const iso = (value: unknown) => value === null ? null : new Date(value as string).toISOString();
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    tenantId: row.tenant_id,
+    event: row.event,
+    platformEvent: row.platform_event,
+    externalId: row.external_id,
+    source: row.source,
+    status: row.status,
+    attempts: row.attempts,
+    nextAttemptAt: iso(row.next_attempt_at),
+    lastAttemptAt: iso(row.last_attempt_at),
+    lastResponseCode: row.last_response_code,
+    lastResponseBody: row.last_response_body,
+    lastError: row.last_error,
+    deliveredAt: iso(row.delivered_at),
+    createdAt: iso(row.created_at)!,
+  };
+}
+
+/** Deliveries, newest first, optionally of one tenant and in one status. */
+export async function listDeliveries(
+  sql: Sql,
+  filter: { tenantId: string | null; status: DeliveryStatus | null; limit: number },
+): Promise<DeliveryRecord[]> {
+  const rows = await sql`
+    SELECT d.*, e.event, e.platform_event, e.external_id, e.source
+    FROM deliveries d JOIN events e ON e.id = d.event_id
+    WHERE (${filter.tenantId}::text IS NULL OR d.tenant_id = ${filter.tenantId})
+      AND (${filter.status}::text IS NULL OR d.status = ${filter.status})
+    ORDER BY d.created_at DESC, d.id DESC
+    LIMIT ${filter.limit}`;
+  return rows.map(toDelivery);
+}
+
+/** One delivery with its attempts (oldest first) and payload, or null. */
+export async function findDelivery(
+  sql: Sql,
+  id: string,
+): Promise<(DeliveryRecord & { attemptLog: AttemptRecord[]; payload: unknown }) | null> {
+  const [row] = await sql`
+    SELECT d.*, e.event, e.platform_event, e.external_id, e.source, e.payload
+    FROM deliveries d JOIN events e ON e.id = d.event_id
+    WHERE d.id = ${id}`;
+  if (!row) return null;
+  const attempts = await sql`
+    SELECT * FROM delivery_attempts WHERE delivery_id = ${id} ORDER BY id`;
+  return {
+    ...toDelivery(row),
+    payload: JSON.parse(row.payload),
+    attemptLog: attempts.map((a) => ({
+      attemptedAt: new Date(a.attempted_at).toISOString(),
+      durationMs: a.duration_ms,
+      responseCode: a.response_code,
+      responseBody: a.response_body,
+      error: a.error,
+    })),
+  };
+}
+
+/**
+ * Queues deliveries again for an immediate attempt and a fresh retry schedule (manual
+ * re-delivery): one by id, or every delivery of a tenant in a status since a time. A delivery
+ * being sent right now (leased) is left alone. Returns the ids queued.
+ */
+export async function requeueDeliveries(
+  sql: Sql,
+  selection: { id: string } | { tenantId: string; status: DeliveryStatus; since: Date | null },
+): Promise<string[]> {
+  const rows = "id" in selection
+    ? await sql`
+      UPDATE deliveries
+      SET status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+      WHERE id = ${selection.id}
+        AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+      RETURNING id`
+    : await sql`
+      UPDATE deliveries
+      SET status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+      WHERE tenant_id = ${selection.tenantId} AND status = ${selection.status}
+        AND (${selection.since}::timestamptz IS NULL OR created_at >= ${selection.since})
+        AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+      RETURNING id`;
+  return rows.map((row) => row.id);
+}

@@ -1,0 +1,98 @@
+/**
+ * Ingest: a verified notification becomes an event and its delivery, committed together in one
+ * transaction before the receiver answers 200 (decisions.md 7), so an acknowledged notification
+ * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
+ */
+import type { Sql } from "../db/connect.ts";
+import { newId } from "../ids.ts";
+import type { CatalogEntry } from "./catalog.ts";
+
+/** Where a notification came from (spec 2.9 `source`). */
+export type EventSource = "storea" | "storeb";
+
+/** A verified, classified notification ready to be stored. */
+export interface VerifiedNotification {
+  tenantId: string;
+  source: EventSource;
+  /** Store A notification UUID or store B message id: the deduplication key. */
+  externalId: string;
+  entry: CatalogEntry;
+  /** The decoded upstream notification (spec 2.7 or 2.8). */
+  data: unknown;
+  /** The original decoded JWS payload, or the push envelope. */
+  raw: unknown;
+}
+
+/** The receipt of spec 2.6, plus the delivery created (null for a duplicate). */
+export interface Receipt {
+  eventId: string;
+  externalId: string;
+  isNew: boolean;
+  enqueuedDelivery: boolean;
+  deliveryId: string | null;
+}
+
+/** Why a delivery was stored as failed at once: there was nowhere to send it. */
+export const NO_CALLBACK_ERROR =
+  "no callback URL was configured when the event arrived; set one, then run deliveries retry";
+
+/**
+ * Stores `notification` as an event with its delivery, or finds the event it duplicates.
+ * A tenant without a callback URL still gets its event and a delivery, stored `failed` so that
+ * `deliveries retry` can send it once a callback is set (decisions.md 7).
+ */
+export async function ingestNotification(
+  sql: Sql,
+  notification: VerifiedNotification,
+): Promise<Receipt> {
+  const { tenantId, source, externalId, entry } = notification;
+  const eventId = newId("evt");
+  const receivedAt = new Date();
+  // Serialized once: every attempt sends these exact bytes and signs them afresh.
+  const payload = JSON.stringify({
+    event: entry.event,
+    reason: entry.reason,
+    platformEvent: entry.platformEvent,
+    eventId,
+    externalId,
+    timestamp: receivedAt.toISOString(),
+    tenantId,
+    source,
+    subject: entry.subject,
+    data: notification.data,
+    raw: notification.raw,
+  });
+
+  return await sql.begin(async (tx) => {
+    const inserted = await tx`
+      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
+                          received_at)
+      VALUES (${eventId}, ${tenantId}, ${source}, ${externalId}, ${entry.event},
+              ${entry.platformEvent}, ${payload}, ${receivedAt})
+      ON CONFLICT (tenant_id, source, external_id) DO NOTHING
+      RETURNING id`;
+    if (inserted.length === 0) {
+      // spec 2.6: a duplicate answers with the first receipt's event id and creates nothing.
+      const [first] = await tx`
+        SELECT id FROM events
+        WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;
+      return {
+        eventId: first.id,
+        externalId,
+        isNew: false,
+        enqueuedDelivery: false,
+        deliveryId: null,
+      };
+    }
+    const [tenant] = await tx`SELECT callback_url FROM tenants WHERE id = ${tenantId}`;
+    const enqueued = tenant?.callback_url != null;
+    const deliveryId = newId("dlv");
+    await tx`
+      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error)
+      VALUES (${deliveryId}, ${eventId}, ${tenantId},
+              ${enqueued ? "pending" : "failed"},
+              ${enqueued ? receivedAt : null},
+              ${enqueued ? null : NO_CALLBACK_ERROR})`;
+    return { eventId, externalId, isNew: true, enqueuedDelivery: enqueued, deliveryId };
+  });
+}

@@ -1,0 +1,432 @@
+/**
+ * A tenant's callback endpoint on loopback, for tests, the demo and tenant developers. It
+ * records every request the service sends, checks its `X-Service-Signature` against the
+ * tenant's webhook secrets (spec 4.7, decisions.md 9), and can be scripted to answer the way
+ * real receivers fail: any status with any headers (a 429 with `Retry-After`, a 302 with
+ * `Location`), slow answers, answers that never come, connections reset without an answer,
+ * and oversized bodies.
+ *
+ * It runs on `node:http` rather than `Deno.serve`, as the store simulators do: only a Node
+ * socket can be destroyed before any byte of an answer is written. Every answer carries
+ * `Connection: close`, so a client never reuses a connection that a later scripted reset
+ * destroys (fetch would silently retry on a fresh one and hide the reset).
+ *
+ * @example
+ * ```ts
+ * const receiver = await startCallbackReceiver({ secrets: ["whsec_..."] });
+ * receiver.script({ status: 503, headers: { "Retry-After": "120" } });
+ * // Set the tenant's callback URL to receiver.url and make the service deliver an event.
+ * const [first, second] = await receiver.waitFor(2);
+ * assert.equal(first.answeredStatus, 503);
+ * assert.ok(second.signatureValid);
+ * // The event id is stable across retries (at-least-once delivery).
+ * assert.equal(second.headers["x-service-event-id"], first.headers["x-service-event-id"]);
+ * await receiver.close();
+ * ```
+ *
+ * @module
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { verifySignature } from "../delivery/signature.ts";
+
+/** Options of {@linkcode startCallbackReceiver}. */
+export interface CallbackReceiverOptions {
+  /** The tenant's webhook secrets; a request is valid when it verifies with any. Default none. */
+  secrets?: string[];
+  /** How far `t` may be from now, in seconds. Default 300 (decisions.md 9). */
+  toleranceSeconds?: number;
+  /** The path that accepts deliveries. Default `/hooks`. */
+  path?: string;
+  /**
+   * Answer 401 to a request whose signature does not verify, as a careful tenant does. A
+   * refused request does not use up a scripted answer. Default false: the answer does not
+   * depend on the signature and a test inspects `signatureValid`.
+   */
+  rejectInvalidSignatures?: boolean;
+}
+
+/** One request the receiver received. */
+export interface ReceivedDelivery {
+  /** The request method; the service always sends POST. */
+  method: string;
+  /** The request path, query string included. */
+  path: string;
+  /** Request headers by lower-case name; repeated headers are joined with `, `. */
+  headers: Record<string, string>;
+  /** The raw body text (UTF-8), exactly what the signature covers. */
+  body: string;
+  /** The parsed body, or null when it is not JSON. */
+  json: unknown;
+  /** Whether `X-Service-Signature` verifies with one of the secrets set at arrival. */
+  signatureValid: boolean;
+  /** The status answered; 0 while unanswered, and for good after a reset or a hang. */
+  answeredStatus: number;
+  /** Arrival time, epoch milliseconds. */
+  receivedAt: number;
+}
+
+/**
+ * An answer to script for the next request(s) to the delivery path. Without `reset` or `hang`
+ * a status is always answered, 200 by default.
+ */
+export interface ScriptedCallbackAnswer {
+  /** HTTP status to answer. Default 200. */
+  status?: number;
+  /** Body text. Default `{"ok":true}` for a 2xx, `{"error":"scripted"}` otherwise. */
+  body?: string;
+  /** Extra response headers, e.g. `Retry-After` or `Location`. */
+  headers?: Record<string, string>;
+  /** Wait this long before answering (or resetting). */
+  delayMs?: number;
+  /** Never answer; the request stays open until the client leaves or the receiver closes. */
+  hang?: boolean;
+  /** Close the connection without sending a single byte: the client's fetch rejects. */
+  reset?: boolean;
+  /** Answer a body of this many bytes (`x` repeated) instead of `body`. */
+  bodyBytes?: number;
+  /** How many requests this answer applies to. Default 1. */
+  times?: number;
+}
+
+/** A running callback receiver. */
+export interface CallbackReceiver {
+  /** Where to deliver: `http://127.0.0.1:<port>/hooks`. */
+  readonly url: string;
+  /** Every request received, in order of arrival, whatever it was answered. Tests may clear it. */
+  readonly deliveries: ReceivedDelivery[];
+  /** Replaces the secrets that later requests are verified with (a rotation on the tenant side). */
+  setSecrets(secrets: string[]): void;
+  /** Queues an answer after those already queued; with none queued the answer is 200. */
+  script(answer: ScriptedCallbackAnswer): void;
+  /** Drops the answers still queued. */
+  clearScripts(): void;
+  /**
+   * Resolves with the deliveries once at least `count` requests have arrived (they may not be
+   * answered yet); rejects after `timeoutMs` (default 10 000) saying how many arrived.
+   */
+  waitFor(count: number, timeoutMs?: number): Promise<ReceivedDelivery[]>;
+  /** The requests answered 2xx. */
+  accepted(): ReceivedDelivery[];
+  /** Requests received but not answered yet (delayed or hanging), for concurrency checks. */
+  inFlight(): number;
+  /** The most requests ever in flight at the same moment. */
+  maxInFlight(): number;
+  /** Stops listening, drops open connections (ending hanging requests) and cuts delays short. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a callback receiver on 127.0.0.1 on a free port.
+ *
+ * @example
+ * ```ts
+ * const receiver = await startCallbackReceiver({ secrets: [secret], rejectInvalidSignatures: true });
+ * receiver.script({ reset: true });
+ * receiver.script({ status: 500, times: 2 });
+ * ```
+ */
+export async function startCallbackReceiver(
+  options: CallbackReceiverOptions = {},
+): Promise<CallbackReceiver> {
+  const receiver = new Receiver(options);
+  await receiver.listen();
+  return receiver;
+}
+
+/** Statuses whose answer must not have a body (RFC 9110). */
+const BODYLESS_STATUSES = new Set([204, 205, 304]);
+
+interface Waiter {
+  count: number;
+  resolve(deliveries: ReceivedDelivery[]): void;
+  reject(error: Error): void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+class Receiver implements CallbackReceiver {
+  url = "";
+  readonly deliveries: ReceivedDelivery[] = [];
+  #secrets: string[];
+  readonly #toleranceSeconds: number;
+  readonly #path: string;
+  readonly #rejectInvalidSignatures: boolean;
+  readonly #scripts: ScriptedCallbackAnswer[] = [];
+  readonly #waiters = new Set<Waiter>();
+  #inFlight = 0;
+  #maxInFlight = 0;
+  #closed = false;
+  readonly #server = http.createServer((req, res) => {
+    this.#handle(req, res).catch((error) => {
+      // A bug here must not hang the client: answer 500 with no body.
+      console.error("callback receiver:", error);
+      if (!res.headersSent) res.writeHead(500, { Connection: "close" }).end();
+    });
+  });
+
+  constructor(options: CallbackReceiverOptions) {
+    this.#secrets = [...(options.secrets ?? [])];
+    this.#toleranceSeconds = options.toleranceSeconds ?? 300;
+    this.#path = options.path ?? "/hooks";
+    this.#rejectInvalidSignatures = options.rejectInvalidSignatures ?? false;
+  }
+
+  listen(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#server.once("error", reject);
+      this.#server.listen(0, "127.0.0.1", () => {
+        const { port } = this.#server.address() as AddressInfo;
+        this.url = `http://127.0.0.1:${port}${this.#path}`;
+        resolve();
+      });
+    });
+  }
+
+  setSecrets(secrets: string[]): void {
+    this.#secrets = [...secrets];
+  }
+
+  script(answer: ScriptedCallbackAnswer): void {
+    this.#scripts.push({ ...answer, times: answer.times ?? 1 });
+  }
+
+  clearScripts(): void {
+    this.#scripts.length = 0;
+  }
+
+  waitFor(count: number, timeoutMs = 10_000): Promise<ReceivedDelivery[]> {
+    if (this.deliveries.length >= count) return Promise.resolve([...this.deliveries]);
+    if (this.#closed) {
+      return Promise.reject(new Error(this.#shortfall(count, "the receiver is closed")));
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        count,
+        resolve,
+        reject,
+        timer: setTimeout(() => {
+          this.#waiters.delete(waiter);
+          reject(new Error(this.#shortfall(count, `waited ${timeoutMs} ms`)));
+        }, timeoutMs),
+      };
+      this.#waiters.add(waiter);
+    });
+  }
+
+  accepted(): ReceivedDelivery[] {
+    return this.deliveries.filter((d) => d.answeredStatus >= 200 && d.answeredStatus < 300);
+  }
+
+  inFlight(): number {
+    return this.#inFlight;
+  }
+
+  maxInFlight(): number {
+    return this.#maxInFlight;
+  }
+
+  close(): Promise<void> {
+    this.#closed = true;
+    for (const waiter of this.#waiters) {
+      clearTimeout(waiter.timer);
+      waiter.reject(new Error(this.#shortfall(waiter.count, "the receiver was closed")));
+    }
+    this.#waiters.clear();
+    return new Promise((resolve) => {
+      this.#server.close(() => resolve());
+      // Destroys hanging and delayed requests too; their `close` events settle them.
+      this.#server.closeAllConnections();
+    });
+  }
+
+  async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const receivedAt = Date.now();
+    this.#inFlight++;
+    this.#maxInFlight = Math.max(this.#maxInFlight, this.#inFlight);
+    let unanswered = true;
+    const settle = () => {
+      if (unanswered) {
+        unanswered = false;
+        this.#inFlight--;
+      }
+    };
+    // The client left, or close() dropped the connection, before an answer.
+    res.once("close", settle);
+
+    let body: string;
+    try {
+      body = await readBody(req);
+    } catch {
+      settle();
+      res.destroy();
+      return;
+    }
+    const headers = headersOf(req);
+    const delivery: ReceivedDelivery = {
+      method: req.method ?? "",
+      path: req.url ?? "/",
+      headers,
+      body,
+      json: parseJson(body),
+      signatureValid: this.#verify(headers["x-service-signature"] ?? null, body),
+      answeredStatus: 0,
+      receivedAt,
+    };
+    this.deliveries.push(delivery);
+    this.#wakeWaiters();
+
+    const answer = (status: number, text: string, extra?: Record<string, string>) => {
+      settle();
+      delivery.answeredStatus = status;
+      send(res, status, text, extra);
+    };
+    if (new URL(delivery.path, "http://127.0.0.1").pathname !== this.#path) {
+      answer(404, '{"error":"not found"}');
+      return;
+    }
+    if (delivery.method !== "POST") {
+      answer(405, '{"error":"method not allowed"}', { Allow: "POST" });
+      return;
+    }
+    if (this.#rejectInvalidSignatures && !delivery.signatureValid) {
+      answer(401, '{"error":"invalid signature"}');
+      return;
+    }
+
+    const scripted = this.#nextScripted();
+    if (scripted === undefined) {
+      answer(200, '{"ok":true}');
+      return;
+    }
+    if (scripted.delayMs) {
+      const completed = await sleep(scripted.delayMs, clientGone(res));
+      if (!completed) {
+        res.destroy();
+        return;
+      }
+    }
+    if (scripted.reset) {
+      settle();
+      req.socket.destroy();
+      return;
+    }
+    // A hanging request is settled by the `close` of its connection.
+    if (scripted.hang) return;
+    const status = scripted.status ?? 200;
+    const text = scripted.bodyBytes !== undefined
+      ? "x".repeat(scripted.bodyBytes)
+      : scripted.body ?? (status >= 200 && status < 300 ? '{"ok":true}' : '{"error":"scripted"}');
+    const extra = scripted.bodyBytes !== undefined
+      ? { "Content-Type": "text/plain", ...scripted.headers }
+      : scripted.headers;
+    answer(status, text, extra);
+  }
+
+  #verify(header: string | null, body: string): boolean {
+    const options = { toleranceSeconds: this.#toleranceSeconds };
+    return this.#secrets.some((secret) => verifySignature(secret, header, body, options));
+  }
+
+  #nextScripted(): ScriptedCallbackAnswer | undefined {
+    const next = this.#scripts[0];
+    if (next === undefined) return undefined;
+    next.times = (next.times ?? 1) - 1;
+    if (next.times <= 0) this.#scripts.shift();
+    return next;
+  }
+
+  #wakeWaiters(): void {
+    for (const waiter of this.#waiters) {
+      if (this.deliveries.length < waiter.count) continue;
+      clearTimeout(waiter.timer);
+      this.#waiters.delete(waiter);
+      waiter.resolve([...this.deliveries]);
+    }
+  }
+
+  #shortfall(count: number, why: string): string {
+    return `callback receiver: ${why} for ${count} request(s), ${this.deliveries.length} arrived`;
+  }
+}
+
+/** The whole request body as UTF-8 text; rejects when the client leaves before its end. */
+function readBody(req: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Uint8Array[] = [];
+    let ended = false;
+    req.on("data", (chunk: Uint8Array) => chunks.push(chunk));
+    req.once("end", () => {
+      ended = true;
+      const bytes = new Uint8Array(chunks.reduce((sum, chunk) => sum + chunk.length, 0));
+      let offset = 0;
+      for (const chunk of chunks) {
+        bytes.set(chunk, offset);
+        offset += chunk.length;
+      }
+      resolve(new TextDecoder().decode(bytes));
+    });
+    req.once("error", reject);
+    req.once("close", () => {
+      if (!ended) reject(new Error("the client left before the end of the body"));
+    });
+  });
+}
+
+function headersOf(req: http.IncomingMessage): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(", ") : value;
+  }
+  return headers;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
+function send(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  extra: Record<string, string> = {},
+): void {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(extra)) {
+    if (name.toLowerCase() !== "connection") headers[name] = value;
+  }
+  headers["Connection"] = "close";
+  const text = BODYLESS_STATUSES.has(status) ? "" : body;
+  if (text !== "" && !Object.keys(headers).some((name) => name.toLowerCase() === "content-type")) {
+    headers["Content-Type"] = "application/json";
+  }
+  res.writeHead(status, headers).end(text);
+}
+
+/** Aborts when the connection closes before the answer is written. */
+function clientGone(res: http.ServerResponse): AbortSignal {
+  const controller = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+/** Resolves true after `ms`, or false as soon as `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    function onAbort() {
+      clearTimeout(timer);
+      resolve(false);
+    }
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,68 @@
+/**
+ * Store B notifications (Real-time developer notifications over Pub/Sub push, spec 2.8): the
+ * push envelope is validated and its `message.data` decoded into the developer notification,
+ * which must name the tenant's package.
+ */
+import { z } from "zod";
+import { invalidRequest } from "../errors.ts";
+
+/** The push envelope; unknown fields are tolerated, as Pub/Sub adds some over time. */
+export const pushEnvelopeSchema = z.object({
+  message: z.object({
+    data: z.string().min(1),
+    // Pub/Sub sends both spellings; either one is enough.
+    messageId: z.string().min(1).max(200).optional(),
+    message_id: z.string().min(1).max(200).optional(),
+    publishTime: z.string().optional(),
+    attributes: z.record(z.string(), z.string()).optional(),
+  }),
+  subscription: z.string().optional(),
+}).refine((envelope) => envelope.message.messageId ?? envelope.message.message_id, {
+  message: "message.messageId is required",
+  path: ["message", "messageId"],
+});
+
+/** A valid push envelope. */
+export type PushEnvelope = z.infer<typeof pushEnvelopeSchema>;
+
+/** A decoded notification for the tenant's package. */
+export interface DecodedStorebNotification {
+  messageId: string;
+  /** The developer notification, unchanged. */
+  notification: Record<string, unknown>;
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Decodes the developer notification of `envelope` and checks its package.
+ * @throws {ServiceError} 400 `INVALID_REQUEST` when the data is not base64 JSON of a
+ * notification, or names another package (decisions.md 7).
+ */
+export function decodeStorebNotification(
+  envelope: PushEnvelope,
+  packageName: string,
+): DecodedStorebNotification {
+  const messageId = (envelope.message.messageId ?? envelope.message.message_id)!;
+  let notification: unknown;
+  try {
+    const base64 = envelope.message.data.replaceAll("-", "+").replaceAll("_", "/");
+    notification = JSON.parse(strictUtf8.decode(Uint8Array.fromBase64(base64)));
+  } catch {
+    throw invalidRequest("message.data is not base64 of a JSON developer notification");
+  }
+  if (typeof notification !== "object" || notification === null || Array.isArray(notification)) {
+    throw invalidRequest("message.data is not a developer notification object");
+  }
+  const record = notification as Record<string, unknown>;
+  if (typeof record.packageName !== "string") {
+    throw invalidRequest("the developer notification has no packageName");
+  }
+  if (record.packageName !== packageName) {
+    throw invalidRequest(
+      `the notification's packageName is not the tenant's (${packageName})`,
+      { packageName: record.packageName },
+    );
+  }
+  return { messageId, notification: record };
+}

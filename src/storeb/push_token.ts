@@ -1,0 +1,315 @@
+/**
+ * Store B push tokens (spec 4.4, 5.5): Cloud Pub/Sub push sends every Real-time developer
+ * notification with a Google-signed OIDC ID token in `Authorization: Bearer`. A token is accepted
+ * when all of these hold:
+ *
+ * - it is an RS256 JWS whose signature verifies with the key its `kid` names in Google's JWKS
+ *   (`STOREB_OIDC_CERTS_URL`);
+ * - `exp` has not passed and neither `nbf` nor `iat` lies ahead, give or take the clock tolerance;
+ * - `iss` is one of `STOREB_OIDC_ISSUERS` and `email_verified` is exactly `true`;
+ * - `aud` is the tenant's push audience and, when the tenant configured a push service account,
+ *   `email` is that account (compared case-insensitively, as email domains are).
+ *
+ * The signature only proves that Google minted the token. Any Google Cloud project can create a
+ * push subscription with any audience, so `aud` and `email` are what tie the token to this
+ * tenant's subscription. Google's own libraries skip `aud` when none is given and never look at
+ * `email`: both checks are made here.
+ *
+ * Failures follow spec 4.4: a token that is absent, malformed, out of its lifetime or from the
+ * wrong issuer is `UNAUTHENTICATED`; one signed with a key Google does not publish, or minted for
+ * another audience or account, is `SIGNATURE_INVALID`. A JWKS that cannot be loaded while no key is
+ * cached is a plain `Error` (a 500), so Pub/Sub retries the delivery later rather than dropping it.
+ *
+ * @module
+ */
+import { decodeJwt, decodeProtectedHeader, errors, importJWK, type JWK, jwtVerify } from "jose";
+import { ServiceError } from "../errors.ts";
+
+/** How a {@linkcode PushTokenVerifier} finds Google's keys and judges time. */
+export interface PushTokenVerifierOptions {
+  /** URL of the issuer's JWKS (`STOREB_OIDC_CERTS_URL`). */
+  certsUrl: string;
+  /** Accepted `iss` values (`STOREB_OIDC_ISSUERS`). */
+  issuers: string[];
+  /** Slack allowed on `exp`, `nbf` and `iat`, in seconds. Default 30. */
+  clockToleranceSeconds?: number;
+  /**
+   * Minimum time between two JWKS fetches made outside the regular expiry: for a token whose
+   * `kid` is unknown, or after a failed refetch. Default 30 000 ms.
+   */
+  refetchCooldownMs?: number;
+  /** How long one JWKS fetch may take. Default 5 000 ms. */
+  fetchTimeoutMs?: number;
+  /** The clock in epoch milliseconds, for tests. Default `Date.now`. */
+  now?: () => number;
+}
+
+/** What the tenant's configuration expects of a push token. */
+export interface PushTokenExpectation {
+  /** The tenant's configured push audience; `aud` must equal it. */
+  audience: string;
+  /** The tenant's configured push service account; `null` leaves `email` unchecked. */
+  serviceAccountEmail: string | null;
+}
+
+/** The claims of a push token that passed every check. */
+export interface PushTokenClaims {
+  iss: string;
+  aud: string;
+  /** The service account Pub/Sub signed the token for. */
+  email: string;
+  sub?: string;
+  /** Expiry, epoch seconds. */
+  exp: number;
+  /** Issue time, epoch seconds. */
+  iat?: number;
+}
+
+const DEFAULT_CACHE_LIFETIME_MS = 3_600_000;
+const MIN_CACHE_LIFETIME_MS = 60_000;
+const MAX_CACHE_LIFETIME_MS = 86_400_000;
+
+/** RFC 6750 `Bearer b64token`; the scheme is case-insensitive (RFC 7235). */
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+
+/** The keys of one JWKS answer. */
+interface KeySet {
+  keys: Map<string, CryptoKey>;
+  expiresAt: number;
+}
+
+/**
+ * Verifies push tokens against one issuer's JWKS. Make one per process and share it: it holds the
+ * key cache.
+ */
+export class PushTokenVerifier {
+  readonly #certsUrl: string;
+  readonly #issuers: string[];
+  readonly #toleranceSeconds: number;
+  readonly #cooldownMs: number;
+  readonly #fetchTimeoutMs: number;
+  readonly #now: () => number;
+  /**
+   * The cache: the RS256 public keys of the last good JWKS answer, by `kid`. They are kept for
+   * the answer's `Cache-Control: max-age` (one hour without it, clamped to 60 s - 24 h), then
+   * fetched again. A failed refetch keeps the old keys, because answering 500 to every push while
+   * Google's endpoint hiccups is worse than trusting keys it published minutes ago.
+   */
+  #keySet: KeySet | null = null;
+  /** When the last fetch started, good or not, for the cooldown. */
+  #lastFetchAt = Number.NEGATIVE_INFINITY;
+  /** The fetch in progress, shared by every verification that needs it. */
+  #fetching: Promise<void> | null = null;
+
+  constructor(options: PushTokenVerifierOptions) {
+    this.#certsUrl = options.certsUrl;
+    this.#issuers = options.issuers;
+    this.#toleranceSeconds = options.clockToleranceSeconds ?? 30;
+    this.#cooldownMs = options.refetchCooldownMs ?? 30_000;
+    this.#fetchTimeoutMs = options.fetchTimeoutMs ?? 5_000;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /**
+   * Verifies the token in `authorization` (the raw `Authorization` header, or null) for the
+   * tenant described by `expected`. Throws `ServiceError` `UNAUTHENTICATED` or `SIGNATURE_INVALID`
+   * when the token is refused, and a plain `Error` when Google's keys cannot be loaded.
+   */
+  async verify(
+    authorization: string | null,
+    expected: PushTokenExpectation,
+  ): Promise<PushTokenClaims> {
+    const token = bearerToken(authorization);
+    const kid = readKeyId(token);
+    const key = await this.#keyFor(kid);
+    if (key === undefined) throw signatureInvalid("token key id is not in the issuer's JWKS");
+
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(token, key, {
+        algorithms: ["RS256"],
+        clockTolerance: this.#toleranceSeconds,
+        currentDate: new Date(this.#now()),
+        requiredClaims: ["exp"],
+      }));
+    } catch (error) {
+      throw refusal(error);
+    }
+
+    // jose judges `iat` only against a maximum age; a token from the future is not yet valid.
+    const nowSeconds = this.#now() / 1000;
+    if (typeof payload.iat === "number" && payload.iat > nowSeconds + this.#toleranceSeconds) {
+      throw unauthenticated("token is not yet valid");
+    }
+    const { iss, aud, email, sub, exp, iat } = payload;
+    if (typeof iss !== "string" || !this.#issuers.includes(iss)) {
+      throw unauthenticated("token issuer is not accepted");
+    }
+    if (payload.email_verified !== true) throw unauthenticated("token email is not verified");
+    if (typeof email !== "string") throw unauthenticated("token has no email");
+    if (aud !== expected.audience) {
+      throw signatureInvalid("token audience is not the tenant's push audience");
+    }
+    const account = expected.serviceAccountEmail;
+    if (account !== null && email.toLowerCase() !== account.toLowerCase()) {
+      throw signatureInvalid("token email is not the tenant's push service account");
+    }
+    return {
+      iss,
+      aud,
+      email,
+      exp: exp as number,
+      ...(typeof sub === "string" ? { sub } : {}),
+      ...(typeof iat === "number" ? { iat } : {}),
+    };
+  }
+
+  /**
+   * The key named `kid`. Loads the JWKS when nothing is cached (a failure throws), refreshes it
+   * when stale, and looks once more for a `kid` it does not know, since Google may have rotated.
+   */
+  async #keyFor(kid: string): Promise<CryptoKey | undefined> {
+    if (this.#keySet === null) {
+      await this.#fetch();
+    } else if (this.#now() >= this.#keySet.expiresAt) {
+      await this.#refetch();
+    }
+    const key = this.#keySet!.keys.get(kid);
+    if (key !== undefined) return key;
+    await this.#refetch();
+    return this.#keySet!.keys.get(kid);
+  }
+
+  /**
+   * Fetches again unless the last fetch is more recent than the cooldown, so neither a storm of
+   * unknown-kid tokens nor an unreachable JWKS makes every verification wait on Google. A
+   * failure keeps the cached keys.
+   */
+  async #refetch(): Promise<void> {
+    if (this.#fetching === null && this.#now() - this.#lastFetchAt < this.#cooldownMs) return;
+    try {
+      await this.#fetch();
+    } catch {
+      // Keep the cached keys (see #keySet).
+    }
+  }
+
+  /** Joins the fetch in progress or starts one. */
+  #fetch(): Promise<void> {
+    if (this.#fetching === null) {
+      this.#lastFetchAt = this.#now();
+      this.#fetching = this.#load().finally(() => {
+        this.#fetching = null;
+      });
+    }
+    return this.#fetching;
+  }
+
+  async #load(): Promise<void> {
+    const startedAt = this.#now();
+    let response: Response;
+    try {
+      response = await fetch(this.#certsUrl, {
+        headers: { accept: "application/json" },
+        signal: AbortSignal.timeout(this.#fetchTimeoutMs),
+      });
+    } catch (error) {
+      throw new Error("push token JWKS could not be fetched", { cause: error });
+    }
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw new Error(`push token JWKS answered HTTP ${response.status}`);
+    }
+    let body: unknown;
+    try {
+      body = await response.json();
+    } catch (error) {
+      throw new Error("push token JWKS is not JSON", { cause: error });
+    }
+    const keys = await importRs256Keys(body);
+    if (keys.size === 0) throw new Error("push token JWKS has no usable RS256 key");
+    this.#keySet = {
+      keys,
+      expiresAt: startedAt + cacheLifetimeMs(response.headers.get("cache-control")),
+    };
+  }
+}
+
+/**
+ * The token of a `Bearer` Authorization header. Throws `ServiceError` `UNAUTHENTICATED` when the
+ * header is missing or is not `Bearer <token>`.
+ */
+export function bearerToken(authorization: string | null): string {
+  if (authorization === null || authorization.trim() === "") {
+    throw unauthenticated("Authorization header is missing");
+  }
+  const token = BEARER.exec(authorization)?.[1];
+  if (token === undefined) throw unauthenticated("Authorization header is not a Bearer token");
+  return token;
+}
+
+/** The `kid` of an RS256 compact JWS whose header and payload decode. */
+function readKeyId(token: string): string {
+  let header;
+  try {
+    if (token.split(".").length !== 3) throw new TypeError("not a compact JWS");
+    header = decodeProtectedHeader(token);
+    decodeJwt(token);
+  } catch {
+    throw unauthenticated("token is not a decodable JWT");
+  }
+  if (header.alg !== "RS256") throw unauthenticated("token alg is not RS256");
+  // Google always names its key; without a kid no published key can be chosen.
+  if (typeof header.kid !== "string") throw signatureInvalid("token has no key id");
+  return header.kid;
+}
+
+/** The usable keys of a JWKS, by `kid`; a key that is not an RSA signing key is skipped. */
+async function importRs256Keys(body: unknown): Promise<Map<string, CryptoKey>> {
+  const list = (body as { keys?: unknown } | null)?.keys;
+  if (!Array.isArray(list)) throw new Error("push token JWKS has no keys array");
+  const keys = new Map<string, CryptoKey>();
+  for (const jwk of list as JWK[]) {
+    if (
+      typeof jwk !== "object" || jwk === null || jwk.kty !== "RSA" ||
+      typeof jwk.kid !== "string" || (jwk.use !== undefined && jwk.use !== "sig") ||
+      (jwk.alg !== undefined && jwk.alg !== "RS256")
+    ) continue;
+    try {
+      keys.set(jwk.kid, await importJWK(jwk, "RS256") as CryptoKey);
+    } catch {
+      // A malformed entry must not hide the good ones.
+    }
+  }
+  return keys;
+}
+
+/** `max-age` of a Cache-Control value in ms: one hour when absent, clamped to 60 s - 24 h. */
+function cacheLifetimeMs(cacheControl: string | null): number {
+  const maxAge = /(?:^|[,\s])max-age\s*=\s*"?(\d+)"?/i.exec(cacheControl ?? "")?.[1];
+  const lifetime = maxAge === undefined ? DEFAULT_CACHE_LIFETIME_MS : Number(maxAge) * 1000;
+  return Math.min(MAX_CACHE_LIFETIME_MS, Math.max(MIN_CACHE_LIFETIME_MS, lifetime));
+}
+
+/** The `ServiceError` for a token jose refused; anything that is not jose's is rethrown. */
+function refusal(error: unknown): unknown {
+  if (error instanceof errors.JWSSignatureVerificationFailed) {
+    return signatureInvalid("token signature does not verify");
+  }
+  if (error instanceof errors.JWTExpired) return unauthenticated("token has expired");
+  if (error instanceof errors.JWTClaimValidationFailed) {
+    return unauthenticated(
+      error.claim === "nbf" ? "token is not yet valid" : `token claim ${error.claim} is invalid`,
+    );
+  }
+  if (error instanceof errors.JOSEError) return unauthenticated("token is not a valid JWT");
+  return error;
+}
+
+function unauthenticated(message: string): ServiceError {
+  return new ServiceError("UNAUTHENTICATED", message);
+}
+
+function signatureInvalid(message: string): ServiceError {
+  return new ServiceError("SIGNATURE_INVALID", message);
+}
