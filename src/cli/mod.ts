@@ -323,7 +323,8 @@ const COMMANDS: Record<string, Command> = {
       delivered,
       responseCode: result.responseCode,
       responseBody: result.responseBody,
-      error: result.error,
+      // Why no answer came: refused target, network error or timeout.
+      networkError: result.error,
       durationMs: Math.round(result.durationMs),
     };
     if (!delivered) {
@@ -466,7 +467,7 @@ export async function runCli(argv: string[], context: CliContext): Promise<numbe
       return 2;
     }
     if (error instanceof CommandError) {
-      await writeLine(Deno.stderr, { error: error.code, message: error.message, ...error.details });
+      await writeLine(Deno.stderr, { ...error.details, error: error.code, message: error.message });
       return 1;
     }
     const code = (error as { code?: unknown })?.code;
@@ -566,6 +567,8 @@ async function setActive(args: string[], context: CliContext, active: boolean) {
   const { db } = await context.open();
   const tenant = await setTenantActive(db.sql, id, active);
   if (tenant === null) throw new CommandError("TENANT_NOT_FOUND", `no tenant ${id}`);
+  // Its waiting deliveries are due again: wake the running dispatchers.
+  if (active) await notifyDispatchers(db.sql);
   return { ...tenant };
 }
 

@@ -18,6 +18,7 @@ const SSL_REQUEST = 80877103;
 const GSSENC_REQUEST = 80877104;
 const MSG_SYNC = 0x53; // 'S'
 const MSG_QUERY = 0x51; // 'Q'
+const MSG_NOTIFICATION = 0x41; // 'A', backend NotificationResponse
 const MSG_FLUSH = 0x48; // 'H'
 const MSG_TERMINATE = 0x58; // 'X'
 /** A connection that holds a transaction open longer than this is cut, freeing the others. */
@@ -56,10 +57,11 @@ export async function startEmbeddedServer(
   const db = await PGlite.create(join(dataDir, "pglite"));
   const lock = new SessionLock();
   const sockets = new Set<net.Socket>();
+  const listeners = new Map<string, Set<() => void>>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
-    serveConnection(db, lock, socket);
+    serveConnection(db, lock, socket, listeners);
   });
   const socketPath = join(socketDir, SOCKET_NAME);
   await Deno.remove(socketPath).catch(() => {});
@@ -74,7 +76,12 @@ export async function startEmbeddedServer(
     async listen(channel, onNotify) {
       const release = await lock.acquire();
       try {
-        await db.listen(channel, () => onNotify());
+        // LISTEN makes the session emit NotificationResponse messages, which the connection
+        // that committed the NOTIFY carries; serveConnection picks them out of its output.
+        await db.exec(`LISTEN "${channel.replaceAll('"', '""')}"`);
+        let set = listeners.get(channel);
+        if (!set) listeners.set(channel, set = new Set());
+        set.add(onNotify);
       } finally {
         release();
       }
@@ -95,7 +102,12 @@ export async function startEmbeddedServer(
   };
 }
 
-function serveConnection(db: PGlite, lock: SessionLock, socket: net.Socket): void {
+function serveConnection(
+  db: PGlite,
+  lock: SessionLock,
+  socket: net.Socket,
+  listeners: Map<string, Set<() => void>>,
+): void {
   let buffer: Uint8Array = new Uint8Array(0);
   let started = false;
   let batch: Uint8Array[] = [];
@@ -114,8 +126,10 @@ function serveConnection(db: PGlite, lock: SessionLock, socket: net.Socket): voi
             socket.end();
             break;
           }
+          const scanner = listeners.size > 0 ? new NotificationScanner(listeners) : null;
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
+              scanner?.push(data);
               if (!socket.destroyed) socket.write(data);
             },
           });
@@ -187,6 +201,55 @@ function serveConnection(db: PGlite, lock: SessionLock, socket: net.Socket): voi
     clearTimeout(idleTimer);
     work = work.then(endSession);
   });
+}
+
+/**
+ * Finds NotificationResponse ('A') messages in a stream of backend messages and calls the
+ * listeners of their channel. Other messages are skipped by length without being copied.
+ */
+class NotificationScanner {
+  #listeners: Map<string, Set<() => void>>;
+  /** Bytes of a message header or of a notification message not complete yet. */
+  #partial: Uint8Array = new Uint8Array(0);
+  /** Bytes still to skip of a message that is not a notification. */
+  #skip = 0;
+
+  constructor(listeners: Map<string, Set<() => void>>) {
+    this.#listeners = listeners;
+  }
+
+  push(chunk: Uint8Array): void {
+    let data = chunk;
+    if (this.#skip >= data.length) {
+      this.#skip -= data.length;
+      return;
+    }
+    data = data.subarray(this.#skip);
+    this.#skip = 0;
+    if (this.#partial.length > 0) data = concat(this.#partial, data);
+    let offset = 0;
+    while (data.length - offset >= 5) {
+      const length = new DataView(data.buffer, data.byteOffset + offset).getInt32(1);
+      const end = offset + 1 + length;
+      if (data[offset] !== MSG_NOTIFICATION) {
+        if (end > data.length) {
+          this.#skip = end - data.length;
+          offset = data.length;
+          break;
+        }
+        offset = end;
+        continue;
+      }
+      if (end > data.length) break; // wait for the rest of the notification
+      // Int32 process id, then the channel name as a C string.
+      const start = offset + 9;
+      const nul = data.indexOf(0, start);
+      const channel = new TextDecoder().decode(data.subarray(start, nul));
+      for (const listener of this.#listeners.get(channel) ?? []) listener();
+      offset = end;
+    }
+    this.#partial = data.slice(offset);
+  }
 }
 
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {

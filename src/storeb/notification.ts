@@ -6,9 +6,12 @@
 import { z } from "zod";
 import { invalidRequest } from "../errors.ts";
 
-/** The push envelope; unknown fields are tolerated, as Pub/Sub adds some over time. */
-export const pushEnvelopeSchema = z.object({
-  message: z.object({
+/**
+ * The push envelope. Unknown fields are kept (Pub/Sub adds some over time, e.g.
+ * `deliveryAttempt`), since the envelope is forwarded unchanged as the delivery's `raw`.
+ */
+export const pushEnvelopeSchema = z.looseObject({
+  message: z.looseObject({
     data: z.string().min(1),
     // Pub/Sub sends both spellings; either one is enough.
     messageId: z.string().min(1).max(200).optional(),
