@@ -100,6 +100,14 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
   try {
     while (true) {
       if (await socketAnswers(sharedSocket)) {
+        // One engine, one session: a second service would share it with the first and its
+        // transactions. Replicas need PostgreSQL; admin commands may use the running engine.
+        if (options.shareEmbedded) {
+          throw new DatabaseUnavailableError(
+            `the embedded database in ${options.dataDir} is already served by another process; ` +
+              "run one service per embedded database, or set DATABASE_URL for replicas",
+          );
+        }
         lockFile.close();
         return embeddedClient(dataDir, options.poolSize, null, async () => {});
       }

@@ -27,6 +27,8 @@ import {
 } from "./queue.ts";
 import { sendDelivery } from "./sender.ts";
 
+/** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
+const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
 /** How far ahead a sweep schedules deliveries precisely: the cron period. */
 const SWEEP_HORIZON_MS = 60_000;
 
@@ -177,7 +179,8 @@ export class Dispatcher {
     if (code !== null && code >= 200 && code < 300) return { status: "delivered" };
     const schedule = this.#options.retryScheduleMs;
     if (previousAttempts >= schedule.length) return { status: "failed" };
-    const delay = Math.max(schedule[previousAttempts], result.retryAfterMs ?? 0);
+    const retryAfter = Math.min(result.retryAfterMs ?? 0, MAX_RETRY_AFTER_MS);
+    const delay = Math.max(schedule[previousAttempts], retryAfter);
     return { status: "pending", nextAttemptAt: new Date(result.attemptedAt.getTime() + delay) };
   }
 

@@ -249,13 +249,15 @@ export async function requeueDeliveries(
   const rows = "id" in selection
     ? await sql`
       UPDATE deliveries
-      SET status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+      SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
+          updated_at = now()
       WHERE id = ${selection.id}
         AND (lease_expires_at IS NULL OR lease_expires_at <= now())
       RETURNING id`
     : await sql`
       UPDATE deliveries
-      SET status = 'pending', attempts = 0, next_attempt_at = now(), updated_at = now()
+      SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
+          updated_at = now()
       WHERE tenant_id = ${selection.tenantId} AND status = ${selection.status}
         AND (${selection.since}::timestamptz IS NULL OR created_at >= ${selection.since})
         AND (lease_expires_at IS NULL OR lease_expires_at <= now())
