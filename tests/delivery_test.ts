@@ -417,3 +417,27 @@ Deno.test("delivery: shutdown lets an attempt in flight finish and records it", 
     await relay.close();
   }
 });
+
+Deno.test("delivery: at most DELIVERY_CONCURRENCY attempts are in flight", async () => {
+  const relay = await startRelay({ DELIVERY_CONCURRENCY: "2", DELIVERY_TIMEOUT: "5s" });
+  const sql = databaseOf(relay.service);
+  try {
+    relay.receiver.script({ delayMs: 400, times: 6 });
+    const eventIds = await Promise.all(Array.from({ length: 6 }, () => relay.notify()));
+    for (const eventId of eventIds) {
+      await eventually(
+        async () => {
+          const found = await deliveryOf(sql, eventId);
+          return found?.status === "delivered" ? found : undefined;
+        },
+        15_000,
+        "delivered",
+      );
+    }
+    assert.equal(relay.receiver.accepted().length, 6);
+    assert.equal(relay.receiver.maxInFlight(), 2, "the bound was reached and never exceeded");
+  } finally {
+    await sql.end();
+    await relay.close();
+  }
+});

@@ -563,6 +563,23 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
       );
     });
 
+    await t.step(
+      "500 INTERNAL_ERROR when the event cannot be stored; the retry is accepted",
+      async () => {
+        const envelope = pushEnvelope(renewal());
+        await sql`ALTER TABLE events RENAME TO events_away`;
+        try {
+          assertError(await push(envelope), 500, "INTERNAL_ERROR");
+        } finally {
+          await sql`ALTER TABLE events_away RENAME TO events`;
+        }
+        // Pub/Sub redelivers on a non-2xx: nothing was acknowledged, so nothing is lost.
+        const retry = await push(envelope);
+        assert.equal(retry.status, 200);
+        assert.equal(retry.json.isNew, true);
+      },
+    );
+
     await t.step("logs never carry a push token nor a purchase token", () => {
       const raw = service.rawStdout();
       assert.ok(raw.includes('"msg":"notification_received"'));
@@ -580,6 +597,32 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
     await sql.end();
     await stopAndDrop(service);
     await receiver.close();
+    await issuer.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("store B: 500 INTERNAL_ERROR while the issuer's keys cannot be fetched", async () => {
+  const dir = await Deno.makeTempDir();
+  const issuer = await startPushTokenIssuer();
+  const service = await startService({
+    // Nothing listens on port 9 (discard): the keys cannot be fetched, and none are cached.
+    env: { STOREB_OIDC_CERTS_URL: "http://127.0.0.1:9/oauth2/v3/certs" },
+  });
+  try {
+    const { tenantId } = await createTenantWithCallback(service, null);
+    const { path } = await writeServiceAccountFile(dir);
+    await cliOk(service, ...storebCredentialArgs(tenantId, path));
+    const token = await issuer.mint({ audience: AUDIENCE, email: PUSH_ACCOUNT });
+    const answer = await postJson(
+      `${service.url}/v1/webhooks/storeb/${tenantId}`,
+      pushEnvelope(testNotification(PACKAGE_NAME)),
+      { authorization: `Bearer ${token}` },
+    );
+    // Not a 401: the token may be fine, and Pub/Sub retries a 5xx.
+    assertError(answer, 500, "INTERNAL_ERROR");
+  } finally {
+    await stopAndDrop(service);
     await issuer.close();
     await Deno.remove(dir, { recursive: true });
   }
