@@ -1,0 +1,1174 @@
+/**
+ * `POST /v1/webhooks/storea/:tenantId` end to end on loopback: the service receives distinct signed
+ * App Store notifications, verifies their JWS (the outer `signedPayload`, the nested
+ * `signedTransactionInfo` and `signedRenewalInfo`), commits the event and its delivery, answers
+ * 200, and its dispatcher delivers each one to a callback sink. Side by side in the same run with a
+ * baseline (`bench/bare_receiver.ts`) that reads the same bodies and answers a receipt of the same
+ * shape without verifying, storing or delivering anything.
+ *
+ * Processes and cores (the machine has 2):
+ * - core 0: the server under test alone, first the baseline, then the service;
+ * - core 1: `wrk` and the callback sink (this module run as `bench/relay.ts sink`), each its own
+ *   process. PostgreSQL is not ours to pin: its backends run on either core, and the benchmark
+ *   reports their CPU time.
+ *
+ * Before any timing it makes a fresh test PKI (`createStoreaTestPki`), which the service trusts
+ * through `STOREA_ROOT_CERTS`, and signs `notifications` distinct `DID_RENEW` notifications, each
+ * with its own `notificationUUID`, transaction and renewal info, written one body per line to one
+ * file per wrk thread. Thread `t` of `T` takes notifications `t, t+T, ...`; the measured run
+ * starts where the warm-up stopped, so no notification is sent twice to the service, and the wrk
+ * script counts a wrap-around (too few notifications for the run) as a failure. It checks every
+ * answer: status 200 with `"isNew":true,"enqueuedDelivery":true` in the body; any other answer,
+ * non-2xx status or socket error fails the run.
+ *
+ * The service runs as `deno task start` would run it (same permissions, `main.ts serve`) on a
+ * temporary PostgreSQL database that is dropped afterwards, with `NODE_ENV=production`, a random
+ * `ENCRYPTION_KEY`, `CALLBACK_ALLOW_INSECURE=true` (the sink is plain http on loopback) and
+ * `LOG_LEVEL=info`, its stdout (one `http_request` line per request, one `delivery_attempt` line
+ * per delivery) written to a file in the temporary directory. One tenant, with store A credentials
+ * and a callback URL pointing at the sink, made through the CLI.
+ *
+ * After the measured run it waits (up to `--drain` seconds) until every delivery is delivered, then
+ * checks that none was lost: events in the database = delivered rows = distinct event ids the sink
+ * received with a valid `X-Service-Signature`.
+ *
+ * Run it:
+ *
+ *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/relay.ts
+ *
+ * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
+ * length of the runs (20 s and 5 s); `--notifications N` the number signed (30,000); `--drain S`
+ * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
+ * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
+ * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
+ * and `taskset`.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import postgres from "postgres";
+import {
+  busyBeforeRun,
+  checkTools,
+  describeMachine,
+  freePort,
+  inheritedEnv,
+  type LoadOptions,
+  type LoadSettings,
+  loadSettings,
+  type Machine,
+  MissingToolError,
+  parseWrk,
+  pct,
+  randomEncryptionKey,
+  readMemory,
+  ROOT,
+  runWrk,
+  sampleRss,
+  type Server,
+  SERVICE_PERMISSIONS,
+  spawnPinned,
+  startService,
+  stop,
+  waitForLine,
+  waitUntil,
+  watchCpu,
+  writeProgress,
+  type WrkFigures,
+} from "./support.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
+import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import { verifySignature } from "../src/delivery/signature.ts";
+
+/** Options of {@linkcode runRelayBenchmark}. */
+export interface RelayBenchmarkOptions extends LoadOptions {
+  /** Distinct notifications signed before timing; 30,000 by default. */
+  notifications?: number;
+  /** The longest wait for the deliveries after the measured run, in seconds; 60 by default. */
+  drainSeconds?: number;
+  /** PostgreSQL to create the temporary database on; `BENCH_DATABASE_URL` or local by default. */
+  databaseUrl?: string;
+}
+
+/** The settings of a run, defaults filled in. */
+export interface RelaySettings extends LoadSettings {
+  notifications: number;
+  drainSeconds: number;
+}
+
+/** The figures of one server under load. */
+export interface ReceiverResult extends WrkFigures {
+  name: string;
+  /** Answers the wrk script found right (200 and a new, enqueued receipt) in the measured run. */
+  checkedGood: number;
+  /** Answers it found wrong, in the measured run. */
+  checkedBad: number;
+  /** Wrong answers in the warm-up. */
+  warmupBad: number;
+  /** Requests that had to reuse a notification because the signed ones ran out (both runs). */
+  wrapped: number;
+  /** The first wrong answer, status and start of the body, or null. */
+  firstWrong: string | null;
+  /** The largest VmRSS of the server's deno process sampled every 250 ms during the measured run. */
+  peakRssMb: number;
+  /** VmHWM (peak since the process started, boot and drain included) before it was stopped. */
+  hwmMb: number;
+  /** The VmRSS samples of the measured run, in MiB, every 250 ms. */
+  rssSamplesMb: number[];
+  /** CPU time of the server per second of the measured run (1 = a whole core). */
+  serverCpuCores: number;
+  /** Server CPU time per measured request, in µs. */
+  cpuPerRequestUs: number;
+  /** How busy the server's core and the load core were (0 to 1), whoever used them. */
+  serverCoreBusy: number;
+  loadCoreBusy: number;
+}
+
+/** Lines of the service's stdout by `msg`, and its warnings and errors. */
+export interface ServiceLog {
+  httpRequest: number;
+  notificationReceived: number;
+  deliveryAttempt: number;
+  /** `msg` of every `warn`, `error` or `fatal` line, with its count. */
+  problems: Record<string, number>;
+}
+
+/** What the sink received, as it reports it. */
+export interface SinkStats {
+  /** POSTs to the delivery path. */
+  received: number;
+  /** Of those, with an `X-Service-Signature` that verifies with the tenant's secret. */
+  valid: number;
+  invalid: number;
+  /** Distinct `X-Service-Event-Id`s among the valid ones. */
+  distinct: number;
+  /** Valid deliveries of an event id already received. */
+  duplicates: number;
+  /** Arrival of the first and last delivery, epoch ms (0 before any). */
+  firstAt: number;
+  lastAt: number;
+}
+
+/** The deliveries' side of the service's run. */
+export interface DeliveryResult {
+  /** Rows in `events` at the end: the notifications the service accepted (check, warm-up, run). */
+  accepted: number;
+  /** Answers the wrk script counted right over the warm-up and the measured run, plus the check. */
+  answeredNew: number;
+  /** Rows in `deliveries` by status at the end. */
+  delivered: number;
+  pending: number;
+  failed: number;
+  /** Rows in `delivery_attempts`, and those of them without a 2xx answer. */
+  attempts: number;
+  failedAttempts: number;
+  /** The sink's counters at the end. */
+  sink: SinkStats;
+  /** The measured run: the window between the reads just before wrk started and just after. */
+  run: {
+    seconds: number;
+    /** Events committed in the window, and per second. */
+    accepted: number;
+    acceptedPerSecond: number;
+    /** Valid deliveries the sink received in the window, and per second. */
+    delivered: number;
+    deliveredPerSecond: number;
+    /** Accepted but not yet delivered (events - delivered rows) at the start and the end. */
+    backlogAtStart: number;
+    backlogAtEnd: number;
+    /** CPU time of the sink and of the database's backends per second of the window. */
+    sinkCpuCores: number;
+    postgresCpuCores: number;
+  };
+  /** From the end of the measured run to the last delivery. */
+  drain: {
+    /** Whether every delivery was delivered within `drainSeconds`. */
+    complete: boolean;
+    seconds: number;
+    deliveries: number;
+    perSecond: number;
+  };
+  /** Valid deliveries between the sink's first and last arrival, per second. */
+  overallPerSecond: number;
+  /** accepted - delivered rows, and accepted - distinct valid deliveries at the sink. */
+  lostRows: number;
+  lostAtSink: number;
+}
+
+/** What {@linkcode runRelayBenchmark} returns. */
+export interface RelayBenchmarkResult {
+  startedAt: string;
+  machine: Machine;
+  settings: RelaySettings;
+  /** Signing the notifications: how long it took and the mean body size. */
+  setup: { signMs: number; meanBodyBytes: number };
+  bare: ReceiverResult;
+  service: ReceiverResult;
+  /** service req/s divided by baseline req/s. */
+  rpsRatio: number;
+  /** service p99 divided by baseline p99. */
+  p99Ratio: number;
+  delivery: DeliveryResult;
+  serviceLog: ServiceLog;
+  /** Why the run failed (wrong answers, a wrap-around, lost deliveries, ...); empty when it did not. */
+  problems: string[];
+}
+
+/** Thrown when the run saw a wrong answer or lost a delivery; `result` holds every figure. */
+export class RelayRunError extends Error {
+  readonly result: RelayBenchmarkResult;
+  constructor(result: RelayBenchmarkResult) {
+    super(`the relay benchmark failed:\n${result.problems.map((p) => `- ${p}`).join("\n")}`);
+    this.name = "RelayRunError";
+    this.result = result;
+  }
+}
+
+const BUNDLE_ID = "com.example.app";
+const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
+const KEY_ID = "ABC123DEFG";
+/** What every right receipt holds: a new event whose delivery was enqueued. */
+const RECEIPT_MARKER = '"isNew":true,"enqueuedDelivery":true';
+/** The sink's delivery path. */
+const SINK_PATH = "/hooks";
+/** Notifications signed at the same time while preparing the bodies. */
+const SIGNING_BATCH = 100;
+const decoder = new TextDecoder();
+
+/**
+ * Runs the benchmark: signs the notifications, measures the baseline, then the service, waits
+ * for its deliveries and counts them.
+ * @throws {RelayRunError} after the run, when an answer was wrong or a delivery is missing.
+ */
+export async function runRelayBenchmark(
+  options: RelayBenchmarkOptions = {},
+): Promise<RelayBenchmarkResult> {
+  const settings: RelaySettings = {
+    ...loadSettings({
+      ...options,
+      durationSeconds: options.durationSeconds ?? 20,
+      warmupSeconds: options.warmupSeconds ?? 5,
+    }),
+    notifications: options.notifications ?? 30_000,
+    drainSeconds: options.drainSeconds ?? 60,
+  };
+  if (settings.notifications % settings.threads !== 0) {
+    // Otherwise the threads' residue classes would not split the notifications evenly.
+    throw new Error("notifications must be a multiple of threads");
+  }
+  const progress = options.progress ?? writeProgress;
+  const wrkVersion = await checkTools();
+  const startedAt = new Date().toISOString();
+  const busyBefore = await busyBeforeRun(settings, progress);
+
+  const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-relay-" });
+  const database = await createDatabase(
+    options.databaseUrl ?? Deno.env.get("BENCH_DATABASE_URL") ??
+      "postgres://postgres@127.0.0.1:5432/postgres",
+  );
+  let sink: Server | undefined;
+  let sql: postgres.Sql | undefined;
+  try {
+    progress(`temporary database ${database.name}, temp dir ${tmp}`);
+    const pki = await createStoreaTestPki();
+    const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
+    progress(`signing ${settings.notifications} notifications (3 JWS each)`);
+    const bodies = await writeNotificationBodies(signer, settings, `${tmp}/bodies-`);
+    const checkBody = await signedNotificationBody(signer);
+    progress(
+      `signed in ${(bodies.signMs / 1000).toFixed(1)} s, ${
+        Math.round(bodies.meanBodyBytes)
+      } bytes per body on average`,
+    );
+
+    const secret = `whsec_${crypto.randomUUID().replaceAll("-", "")}`;
+    sink = await startSink(tmp, settings, secret);
+    const serviceEnv = {
+      DATABASE_URL: database.url,
+      DATA_DIR: `${tmp}/data`,
+      NODE_ENV: "production",
+      ENCRYPTION_KEY: randomEncryptionKey(),
+      LOG_LEVEL: "info",
+      CALLBACK_ALLOW_INSECURE: "true",
+      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, `${tmp}/storea-root.pem`),
+    };
+    await Deno.mkdir(serviceEnv.DATA_DIR);
+    const tenantId = await createTenant(serviceEnv, {
+      storeaKeyFile: await writeStoreaKey(`${tmp}/AuthKey_${KEY_ID}.p8`),
+      callbackUrl: `${sink.url}${SINK_PATH}`,
+      secret,
+    });
+    progress(`tenant ${tenantId}, callback ${sink.url}${SINK_PATH} (sink pid ${sink.pid})`);
+    sql = postgres(database.url, { max: 1, onnotice: () => {} });
+
+    const path = `/v1/webhooks/storea/${tenantId}`;
+    const script = await writeWrkScript(`${tmp}/relay.lua`);
+    const load: LoadSpec = { settings, script, path, bodiesPrefix: `${tmp}/bodies-` };
+
+    // The baseline first: it sends the same bodies, and duplicates do not matter to it.
+    progress("bare receiver: starting");
+    const bareServer = await startBare(tmp, settings);
+    let bare: ReceiverResult;
+    try {
+      await checkAnswer(bareServer.url, path, checkBody);
+      progress(`bare receiver: pid ${bareServer.pid}, warming up ${settings.warmupSeconds} s`);
+      const warmup = await runLoad(bareServer.url, load, settings.warmupSeconds, 0);
+      progress(`bare receiver: measuring ${settings.durationSeconds} s`);
+      const timed = await measureRun(bareServer, load, 0);
+      bare = receiverResult("bare receiver", settings, warmup, timed);
+    } finally {
+      await stop(bareServer);
+    }
+    progress(describeReceiver(bare, settings));
+
+    progress("purchase-relay: starting");
+    const service = await startService(`${tmp}/`, { core: settings.serverCore, env: serviceEnv });
+    let serviceResult: ReceiverResult;
+    let delivery: DeliveryResult;
+    try {
+      await checkAnswer(service.url, path, checkBody);
+      progress(
+        `purchase-relay: pid ${service.pid} on ${service.url}, warming up ${settings.warmupSeconds} s`,
+      );
+      const warmup = await runLoad(service.url, load, settings.warmupSeconds, 0);
+      const backends = await postgresBackends(sql);
+      progress(
+        `purchase-relay: measuring ${settings.durationSeconds} s (from notification ${warmup.nextBase}, ` +
+          `${backends.length} database backends)`,
+      );
+      const before = await relayCounters(sql, sink.url, [sink.pid, ...backends]);
+      const timed = await measureRun(service, load, warmup.nextBase);
+      const after = await relayCounters(sql, sink.url, [sink.pid, ...backends]);
+      serviceResult = receiverResult("purchase-relay", settings, warmup, timed);
+      progress(describeReceiver(serviceResult, settings));
+      progress(`purchase-relay: waiting up to ${settings.drainSeconds} s for the deliveries`);
+      const drainEnd = await waitForDeliveries(sql, settings.drainSeconds);
+      const sinkEnd = await sinkStats(sink.url);
+      serviceResult.hwmMb = (await readMemory(service.pid)).hwmKb / 1024;
+      delivery = deliveryResult({
+        before,
+        after,
+        end: { ...drainEnd, sink: sinkEnd },
+        answeredNew: 1 + warmup.checkedGood + timed.checkedGood,
+        wrkEndedAt: after.at,
+      });
+      progress(describeDelivery(delivery));
+    } finally {
+      await stop(service);
+    }
+    const serviceLog = await scanServiceLog(service.stdoutPath);
+    const result: RelayBenchmarkResult = {
+      startedAt,
+      machine: describeMachine(wrkVersion, busyBefore),
+      settings,
+      setup: bodies,
+      bare,
+      service: serviceResult,
+      rpsRatio: serviceResult.requestsPerSecond / bare.requestsPerSecond,
+      p99Ratio: serviceResult.p99Ms / bare.p99Ms,
+      delivery,
+      serviceLog,
+      problems: [],
+    };
+    result.problems = problemsOf(result);
+    if (result.problems.length > 0) throw new RelayRunError(result);
+    return result;
+  } finally {
+    await sql?.end();
+    if (sink) await stop(sink);
+    await database.drop();
+    if (!options.keepTemp) await Deno.remove(tmp, { recursive: true }).catch(() => {});
+  }
+}
+
+/** The markdown table of the two servers. */
+export function formatRelayTable(result: RelayBenchmarkResult): string {
+  const row = (target: ReceiverResult, rps: string, p99: string) =>
+    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
+      target.p99Ms.toFixed(2)
+    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
+  return [
+    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    row(result.bare, "1.00", "1.00"),
+    row(result.service, result.rpsRatio.toFixed(2), result.p99Ratio.toFixed(2)),
+  ].join("\n");
+}
+
+/** The deliveries, the CPU and the log, one line each. */
+export function formatRelaySummary(result: RelayBenchmarkResult): string {
+  const { delivery, service, bare, serviceLog } = result;
+  const cpu = (target: ReceiverResult) =>
+    `${target.name}: ${target.serverCpuCores.toFixed(2)} cores, ${
+      target.cpuPerRequestUs.toFixed(0)
+    } µs per request; core busy ${pct(target.serverCoreBusy)} (server) / ${
+      pct(target.loadCoreBusy)
+    } (wrk + sink)`;
+  const problems = Object.entries(serviceLog.problems).map(([msg, n]) => `${msg} ${n}`);
+  return [
+    `- ${describeDelivery(delivery)}`,
+    `- CPU in the measured run: ${cpu(bare)}; ${cpu(service)}; PostgreSQL backends ${
+      delivery.run.postgresCpuCores.toFixed(2)
+    } cores, sink ${delivery.run.sinkCpuCores.toFixed(2)} cores`,
+    `- service log: ${serviceLog.httpRequest} http_request, ${serviceLog.notificationReceived} ` +
+    `notification_received, ${serviceLog.deliveryAttempt} delivery_attempt lines; warnings and ` +
+    `errors: ${problems.length === 0 ? "none" : problems.join(", ")}`,
+    `- ${result.settings.notifications} notifications signed in ${
+      (result.setup.signMs / 1000).toFixed(1)
+    } s (${Math.round(result.setup.meanBodyBytes)} bytes per body), ${
+      result.service.wrapped === 0 ? "none sent twice" : `${result.service.wrapped} SENT TWICE`
+    }`,
+  ].join("\n");
+}
+
+// --- notifications -------------------------------------------------------------------------------
+
+/** One `DID_RENEW` notification body as Apple posts it: a fresh UUID, transaction and renewal. */
+async function signedNotificationBody(signer: StoreaSigner): Promise<string> {
+  const transaction = signer.sampleTransaction({ transactionReason: "RENEWAL" });
+  const renewalInfo = signer.sampleRenewalInfo({
+    originalTransactionId: transaction.originalTransactionId,
+    productId: transaction.productId,
+  });
+  const payload = await signer.notificationPayload({
+    notificationType: "DID_RENEW",
+    transaction,
+    renewalInfo,
+    status: 1,
+  });
+  return JSON.stringify({ signedPayload: await signer.signNotification(payload) });
+}
+
+/**
+ * Signs `settings.notifications` bodies and writes them one per line to `${prefix}${t}.txt`,
+ * notification `i` to file `i % threads`: each wrk thread reads only its own file.
+ */
+async function writeNotificationBodies(
+  signer: StoreaSigner,
+  settings: RelaySettings,
+  prefix: string,
+): Promise<{ signMs: number; meanBodyBytes: number }> {
+  const started = performance.now();
+  const threads = settings.threads;
+  for (let t = 0; t < threads; t++) await Deno.writeTextFile(`${prefix}${t}.txt`, "");
+  let bytes = 0;
+  for (let first = 0; first < settings.notifications; first += SIGNING_BATCH) {
+    const size = Math.min(SIGNING_BATCH, settings.notifications - first);
+    const bodies = await Promise.all(
+      Array.from({ length: size }, () => signedNotificationBody(signer)),
+    );
+    const lines: string[] = Array.from({ length: threads }, () => "");
+    bodies.forEach((body, i) => {
+      lines[(first + i) % threads] += `${body}\n`;
+      bytes += body.length;
+    });
+    for (let t = 0; t < threads; t++) {
+      await Deno.writeTextFile(`${prefix}${t}.txt`, lines[t], { append: true });
+    }
+  }
+  return {
+    signMs: performance.now() - started,
+    meanBodyBytes: bytes / settings.notifications,
+  };
+}
+
+// --- load ----------------------------------------------------------------------------------------
+
+/** What every wrk run of either server needs. */
+interface LoadSpec {
+  settings: RelaySettings;
+  script: string;
+  path: string;
+  bodiesPrefix: string;
+}
+
+/** One wrk run, with what the script checked. */
+interface LoadRun extends WrkFigures {
+  checkedGood: number;
+  checkedBad: number;
+  wrapped: number;
+  /** Where the next run starts so that it sends none of this run's notifications. */
+  nextBase: number;
+  firstWrong: string | null;
+}
+
+/** A measured wrk run with the server's CPU, memory and the cores' use. */
+interface MeasuredRun extends LoadRun {
+  rssSamplesKb: number[];
+  hwmKb: number;
+  serverCpuSeconds: number;
+  serverCoreBusy: number;
+  loadCoreBusy: number;
+}
+
+/**
+ * The wrk script. Thread `t` of `T` reads its own bodies file, `bodies-t.txt` (line `k` is
+ * notification `t + k*T`), on its first request, so reading it delays its first request and not
+ * the start of the other thread; it then sends notifications `base + t, base + t + T, ...`.
+ * Past the last notification it wraps around and counts the reuse. It checks every answer
+ * (status 200 with the receipt marker) and reports the counts from `done`, with the first wrong
+ * answer and where the next run must start.
+ * Arguments after `--`: thread count, notification count, marker, bodies prefix, base, path.
+ */
+async function writeWrkScript(path: string): Promise<string> {
+  const script = `-- Written by bench/relay.ts.
+local threads = {}
+local thread_count = 0
+
+function setup(thread)
+  thread:set("first", thread_count)
+  thread_count = thread_count + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  step = tonumber(args[1])
+  count = tonumber(args[2])
+  marker = args[3]
+  bodies_path = args[4] .. first .. ".txt"
+  index = tonumber(args[5]) + first
+  target = args[6]
+  good = 0
+  bad = 0
+  wrapped = 0
+  first_wrong = ""
+  headers = { ["content-type"] = "application/json" }
+end
+
+local bodies = nil
+
+local function load_bodies()
+  bodies = {}
+  for line in io.lines(bodies_path) do
+    bodies[#bodies + 1] = line
+  end
+  if #bodies * step ~= count then
+    error(string.format("%s holds %d bodies, expected %d", bodies_path, #bodies, count / step))
+  end
+end
+
+function request()
+  if bodies == nil then load_bodies() end
+  if index >= count then wrapped = wrapped + 1 end
+  local body = bodies[math.floor((index % count) / step) + 1]
+  index = index + step
+  return wrk.format("POST", target, headers, body)
+end
+
+function response(status, headers, body)
+  if status == 200 and string.find(body, marker, 1, true) then
+    good = good + 1
+  else
+    bad = bad + 1
+    if first_wrong == "" then
+      first_wrong = status .. " " .. string.sub(string.gsub(body or "", "%s", " "), 1, 300)
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local total_good, total_bad, total_wrapped, next_base = 0, 0, 0, 0
+  local wrong = ""
+  for _, thread in ipairs(threads) do
+    total_good = total_good + thread:get("good")
+    total_bad = total_bad + thread:get("bad")
+    total_wrapped = total_wrapped + thread:get("wrapped")
+    local used = thread:get("index") - thread:get("first")
+    if used > next_base then next_base = used end
+    if wrong == "" then wrong = thread:get("first_wrong") end
+  end
+  io.write(string.format("checked: good %d bad %d wrapped %d next %d\\n",
+    total_good, total_bad, total_wrapped, next_base))
+  if wrong ~= "" then io.write("first wrong: " .. wrong .. "\\n") end
+end
+`;
+  await Deno.writeTextFile(path, script);
+  return path;
+}
+
+/** One wrk run from notification `base` on. */
+async function runLoad(
+  url: string,
+  spec: LoadSpec,
+  seconds: number,
+  base: number,
+): Promise<LoadRun> {
+  const { settings } = spec;
+  const text = await runWrk(url, {
+    core: settings.loadCore,
+    threads: settings.threads,
+    connections: settings.connections,
+    seconds,
+    latency: true,
+    script: spec.script,
+    scriptArgs: [
+      String(settings.threads),
+      String(settings.notifications),
+      RECEIPT_MARKER,
+      spec.bodiesPrefix,
+      String(base),
+      spec.path,
+    ],
+  });
+  const checked = /^checked: good (\d+) bad (\d+) wrapped (\d+) next (\d+)$/m.exec(text);
+  if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
+  return {
+    ...parseWrk(text),
+    checkedGood: Number(checked[1]),
+    checkedBad: Number(checked[2]),
+    wrapped: Number(checked[3]),
+    nextBase: Number(checked[4]),
+    firstWrong: /^first wrong: (.*)$/m.exec(text)?.[1] ?? null,
+  };
+}
+
+/** The measured run, with the server's CPU time, RSS samples and the cores' use. */
+async function measureRun(server: Server, spec: LoadSpec, base: number): Promise<MeasuredRun> {
+  const { settings } = spec;
+  const cpu = await watchCpu([server.pid], settings);
+  const sampling = sampleRss(server.pid);
+  const run = await runLoad(server.url, spec, settings.durationSeconds, base).finally(() =>
+    sampling.stop()
+  );
+  const { seconds: [serverCpuSeconds], busy } = await cpu.end();
+  return {
+    ...run,
+    rssSamplesKb: await sampling.samplesKb,
+    hwmKb: (await readMemory(server.pid)).hwmKb,
+    serverCpuSeconds,
+    serverCoreBusy: busy.serverCore,
+    loadCoreBusy: busy.loadCore,
+  };
+}
+
+function receiverResult(
+  name: string,
+  settings: RelaySettings,
+  warmup: LoadRun,
+  timed: MeasuredRun,
+): ReceiverResult {
+  return {
+    name,
+    requestsPerSecond: timed.requestsPerSecond,
+    p50Ms: timed.p50Ms,
+    p99Ms: timed.p99Ms,
+    requests: timed.requests,
+    non2xx: timed.non2xx,
+    socketErrors: timed.socketErrors,
+    checkedGood: timed.checkedGood,
+    checkedBad: timed.checkedBad,
+    warmupBad: warmup.checkedBad + warmup.non2xx + warmup.socketErrors,
+    wrapped: warmup.wrapped + timed.wrapped,
+    firstWrong: warmup.firstWrong ?? timed.firstWrong,
+    peakRssMb: Math.max(...timed.rssSamplesKb) / 1024,
+    hwmMb: timed.hwmKb / 1024,
+    rssSamplesMb: timed.rssSamplesKb.map((kb) => Math.round(kb / 102.4) / 10),
+    serverCpuCores: timed.serverCpuSeconds / settings.durationSeconds,
+    cpuPerRequestUs: timed.requests > 0 ? timed.serverCpuSeconds / timed.requests * 1e6 : NaN,
+    serverCoreBusy: timed.serverCoreBusy,
+    loadCoreBusy: timed.loadCoreBusy,
+  };
+}
+
+function describeReceiver(result: ReceiverResult, settings: RelaySettings): string {
+  return `${result.name}: ${result.requestsPerSecond.toFixed(0)} req/s, p50 ${result.p50Ms} ms, ` +
+    `p99 ${result.p99Ms} ms, peak RSS ${result.peakRssMb.toFixed(1)} MB, server CPU ${
+      result.serverCpuCores.toFixed(2)
+    } cores (${result.cpuPerRequestUs.toFixed(0)} µs per request), core ${settings.serverCore} ${
+      pct(result.serverCoreBusy)
+    } busy, core ${settings.loadCore} ${pct(result.loadCoreBusy)} busy; ${result.checkedGood} ` +
+    `right, ${result.checkedBad} wrong, ${result.non2xx} non-2xx, ${result.socketErrors} socket ` +
+    `errors${result.firstWrong === null ? "" : `; first wrong answer: ${result.firstWrong}`}`;
+}
+
+/** One notification through the server, checked as the wrk script checks every answer. */
+async function checkAnswer(url: string, path: string, body: string): Promise<void> {
+  const response = await fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  const text = await response.text();
+  if (response.status !== 200 || !text.includes(RECEIPT_MARKER)) {
+    throw new Error(`${url}${path} answered ${response.status}: ${text.slice(0, 500)}`);
+  }
+}
+
+// --- servers -------------------------------------------------------------------------------------
+
+async function startBare(tmp: string, settings: RelaySettings): Promise<Server> {
+  const port = freePort();
+  const server = spawnPinned({
+    core: settings.serverCore,
+    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/bench/bare_receiver.ts`],
+    env: { PORT: String(port), HOST: "127.0.0.1" },
+    stdoutPath: `${tmp}/bare.out`,
+    stderrPath: `${tmp}/bare.err`,
+  });
+  server.url = `http://127.0.0.1:${port}`;
+  await waitUntil(server, async () => {
+    try {
+      const response = await fetch(server.url);
+      await response.body?.cancel();
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  return server;
+}
+
+/** Starts the sink (this module, `sink`) on the load core; it prints its port once listening. */
+async function startSink(tmp: string, settings: RelaySettings, secret: string): Promise<Server> {
+  const sink = spawnPinned({
+    core: settings.loadCore,
+    args: [
+      "run",
+      "--allow-net=127.0.0.1",
+      "--allow-env=SINK_SECRET",
+      import.meta.filename!,
+      "sink",
+    ],
+    env: { SINK_SECRET: secret },
+    stdoutPath: `${tmp}/sink.out`,
+    stderrPath: `${tmp}/sink.err`,
+  });
+  const line = await waitForLine(sink, (text) => text.startsWith('{"listening"'));
+  sink.url = `http://127.0.0.1:${JSON.parse(line).port}`;
+  return sink;
+}
+
+/**
+ * The callback sink: answers every delivery 200 at once, counting those whose
+ * `X-Service-Signature` verifies with `secret` and their distinct event ids; `GET /stats` returns
+ * the {@linkcode SinkStats}. It keeps the event ids only, not the bodies.
+ */
+function serveSink(secret: string): void {
+  const stats: SinkStats = {
+    received: 0,
+    valid: 0,
+    invalid: 0,
+    distinct: 0,
+    duplicates: 0,
+    firstAt: 0,
+    lastAt: 0,
+  };
+  const seen = new Set<string>();
+  const headers = { "content-type": "application/json" };
+  Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    onListen: ({ port }) => console.log(JSON.stringify({ listening: true, port })),
+  }, async (request) => {
+    const path = new URL(request.url).pathname;
+    if (request.method === "GET" && path === "/stats") return Response.json(stats);
+    if (request.method !== "POST" || path !== SINK_PATH) return new Response(null, { status: 404 });
+    const body = await request.text();
+    const now = Date.now();
+    stats.received++;
+    if (stats.firstAt === 0) stats.firstAt = now;
+    stats.lastAt = now;
+    // Answered 200 either way: a refusal would only be retried; the bench reports the count.
+    if (!verifySignature(secret, request.headers.get("x-service-signature"), body)) {
+      stats.invalid++;
+    } else {
+      stats.valid++;
+      const eventId = request.headers.get("x-service-event-id") ?? "";
+      if (seen.has(eventId)) {
+        stats.duplicates++;
+      } else {
+        seen.add(eventId);
+        stats.distinct++;
+      }
+    }
+    return new Response('{"ok":true}', { headers });
+  });
+}
+
+async function sinkStats(url: string): Promise<SinkStats> {
+  const response = await fetch(`${url}/stats`);
+  if (!response.ok) throw new Error(`the sink answered ${response.status}`);
+  return await response.json();
+}
+
+// --- deliveries ----------------------------------------------------------------------------------
+
+/** The queue's and the sink's counters at one moment, with CPU times for a window. */
+interface RelayCounters {
+  at: number;
+  events: number;
+  delivered: number;
+  sinkValid: number;
+  /** CPU seconds of the sink and of each database backend, in the order given. */
+  cpuSeconds: number[];
+}
+
+async function relayCounters(
+  sql: postgres.Sql,
+  sinkUrl: string,
+  pids: number[],
+): Promise<RelayCounters> {
+  const cpuSeconds = await Promise.all(pids.map(processCpuSeconds));
+  const counts = await queueCounts(sql);
+  const sink = await sinkStats(sinkUrl);
+  return {
+    at: Date.now(),
+    events: counts.events,
+    delivered: counts.delivered,
+    sinkValid: sink.valid,
+    cpuSeconds,
+  };
+}
+
+interface QueueCounts {
+  events: number;
+  delivered: number;
+  pending: number;
+  failed: number;
+  attempts: number;
+  failedAttempts: number;
+}
+
+async function queueCounts(sql: postgres.Sql): Promise<QueueCounts> {
+  const [row] = await sql`
+    SELECT (SELECT count(*) FROM events)::int AS events,
+           (SELECT count(*) FROM deliveries WHERE status = 'delivered')::int AS delivered,
+           (SELECT count(*) FROM deliveries WHERE status = 'pending')::int AS pending,
+           (SELECT count(*) FROM deliveries WHERE status = 'failed')::int AS failed,
+           (SELECT count(*) FROM delivery_attempts)::int AS attempts,
+           (SELECT count(*) FROM delivery_attempts
+            WHERE response_code IS NULL OR response_code NOT BETWEEN 200 AND 299)::int
+             AS failed_attempts`;
+  return {
+    events: row.events,
+    delivered: row.delivered,
+    pending: row.pending,
+    failed: row.failed,
+    attempts: row.attempts,
+    failedAttempts: row.failed_attempts,
+  };
+}
+
+/** Polls the queue until no delivery is pending (or `seconds` go by); returns the last counts. */
+async function waitForDeliveries(
+  sql: postgres.Sql,
+  seconds: number,
+): Promise<QueueCounts & { complete: boolean }> {
+  const deadline = Date.now() + seconds * 1000;
+  while (true) {
+    const counts = await queueCounts(sql);
+    const complete = counts.pending === 0 && counts.delivered + counts.failed >= counts.events;
+    if (complete || Date.now() > deadline) return { ...counts, complete };
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+function deliveryResult(readings: {
+  before: RelayCounters;
+  after: RelayCounters;
+  end: QueueCounts & { complete: boolean; sink: SinkStats };
+  answeredNew: number;
+  wrkEndedAt: number;
+}): DeliveryResult {
+  const { before, after, end } = readings;
+  const seconds = (after.at - before.at) / 1000;
+  const [sinkBefore, ...backendsBefore] = before.cpuSeconds;
+  const [sinkAfter, ...backendsAfter] = after.cpuSeconds;
+  const backendSeconds = backendsAfter.reduce((sum, s, i) => sum + s - backendsBefore[i], 0);
+  const drainSeconds = Math.max(0, end.sink.lastAt - readings.wrkEndedAt) / 1000;
+  const drained = end.sink.valid - after.sinkValid;
+  const span = (end.sink.lastAt - end.sink.firstAt) / 1000;
+  return {
+    accepted: end.events,
+    answeredNew: readings.answeredNew,
+    delivered: end.delivered,
+    pending: end.pending,
+    failed: end.failed,
+    attempts: end.attempts,
+    failedAttempts: end.failedAttempts,
+    sink: end.sink,
+    run: {
+      seconds,
+      accepted: after.events - before.events,
+      acceptedPerSecond: (after.events - before.events) / seconds,
+      delivered: after.sinkValid - before.sinkValid,
+      deliveredPerSecond: (after.sinkValid - before.sinkValid) / seconds,
+      backlogAtStart: before.events - before.delivered,
+      backlogAtEnd: after.events - after.delivered,
+      sinkCpuCores: (sinkAfter - sinkBefore) / seconds,
+      postgresCpuCores: backendSeconds / seconds,
+    },
+    drain: {
+      complete: end.complete,
+      seconds: drainSeconds,
+      deliveries: drained,
+      perSecond: drainSeconds > 0 ? drained / drainSeconds : NaN,
+    },
+    overallPerSecond: span > 0 ? end.sink.distinct / span : NaN,
+    lostRows: end.events - end.delivered,
+    lostAtSink: end.events - end.sink.distinct,
+  };
+}
+
+function describeDelivery(d: DeliveryResult): string {
+  const lost = d.lostRows === 0 && d.lostAtSink === 0
+    ? "none lost"
+    : `LOST: ${d.lostRows} not delivered in the database, ${d.lostAtSink} never reached the sink`;
+  return `deliveries: ${d.accepted} accepted (${d.answeredNew} receipts checked by wrk), ` +
+    `${d.delivered} delivered rows (${d.pending} pending, ${d.failed} failed), ${d.attempts} ` +
+    `attempts (${d.failedAttempts} without a 2xx), sink ${d.sink.valid} valid deliveries of ` +
+    `${d.sink.distinct} distinct events (${d.sink.duplicates} duplicates, ${d.sink.invalid} ` +
+    `bad signatures): ${lost}. Measured run (${d.run.seconds.toFixed(1)} s): ${
+      d.run.acceptedPerSecond.toFixed(0)
+    } accepted/s, ${
+      d.run.deliveredPerSecond.toFixed(0)
+    } delivered/s, backlog ${d.run.backlogAtStart} -> ${d.run.backlogAtEnd}. Drain: ${d.drain.deliveries} more in ${
+      d.drain.seconds.toFixed(1)
+    } s (${d.drain.perSecond.toFixed(0)}/s)${d.drain.complete ? "" : ", NOT COMPLETE"}. Overall ${
+      d.overallPerSecond.toFixed(0)
+    } deliveries/s, first to last`;
+}
+
+/** The backends of the database other than the bench's own connection: the service's. */
+async function postgresBackends(sql: postgres.Sql): Promise<number[]> {
+  const rows = await sql`
+    SELECT pid FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()`;
+  return rows.map((row) => Number(row.pid));
+}
+
+/** User and system CPU seconds of `pid` (0 once it is gone), read with `cat` as support.ts does. */
+async function processCpuSeconds(pid: number): Promise<number> {
+  const output = await new Deno.Command("cat", {
+    args: [`/proc/${pid}/stat`],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  if (!output.success) return 0;
+  const stat = decoder.decode(output.stdout);
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** Counts the service's log lines by `msg`, and its warnings and errors. */
+async function scanServiceLog(path: string): Promise<ServiceLog> {
+  const scan: ServiceLog = {
+    httpRequest: 0,
+    notificationReceived: 0,
+    deliveryAttempt: 0,
+    problems: {},
+  };
+  const head = /^\{"ts":"[^"]*","level":"(\w+)","msg":"([^"]*)"/;
+  let carry = "";
+  const count = (line: string) => {
+    const match = head.exec(line);
+    if (!match) return;
+    const [, level, msg] = match;
+    if (msg === "http_request") scan.httpRequest++;
+    else if (msg === "notification_received") scan.notificationReceived++;
+    else if (msg === "delivery_attempt") scan.deliveryAttempt++;
+    if (level === "warn" || level === "error" || level === "fatal") {
+      scan.problems[msg] = (scan.problems[msg] ?? 0) + 1;
+    }
+  };
+  using file = await Deno.open(path);
+  const textDecoder = new TextDecoder();
+  for await (const chunk of file.readable) {
+    const lines = (carry + textDecoder.decode(chunk, { stream: true })).split("\n");
+    carry = lines.pop()!;
+    lines.forEach(count);
+  }
+  count(carry);
+  return scan;
+}
+
+/** Every reason the run does not count: wrong answers, reuse, lost or unsigned deliveries. */
+function problemsOf(result: RelayBenchmarkResult): string[] {
+  const problems: string[] = [];
+  for (const target of [result.bare, result.service]) {
+    if (
+      target.checkedBad > 0 || target.non2xx > 0 || target.socketErrors > 0 ||
+      target.warmupBad > 0 || target.checkedGood < target.requests
+    ) {
+      problems.push(
+        `${target.name}: ${target.checkedBad} wrong answers, ${target.non2xx} non-2xx, ` +
+          `${target.socketErrors} socket errors, ${target.checkedGood} of ${target.requests} ` +
+          `right in the measured run; ${target.warmupBad} wrong in the warm-up` +
+          (target.firstWrong === null ? "" : `; first wrong answer: ${target.firstWrong}`),
+      );
+    }
+  }
+  if (result.service.wrapped > 0) {
+    problems.push(
+      `${result.service.wrapped} requests reused a notification: raise --notifications ` +
+        `(${result.settings.notifications} were too few for this run)`,
+    );
+  }
+  if (result.serviceLog.httpRequest < result.service.requests) {
+    problems.push(
+      `the service wrote ${result.serviceLog.httpRequest} http_request lines for ` +
+        `${result.service.requests} measured requests`,
+    );
+  }
+  const { delivery } = result;
+  if (!delivery.drain.complete) {
+    problems.push(`deliveries still pending ${result.settings.drainSeconds} s after the run`);
+  }
+  if (delivery.lostRows !== 0 || delivery.lostAtSink !== 0) {
+    problems.push(
+      `lost deliveries: ${delivery.accepted} accepted, ${delivery.delivered} delivered rows, ` +
+        `${delivery.sink.distinct} distinct events at the sink`,
+    );
+  }
+  if (delivery.sink.invalid > 0) {
+    problems.push(`${delivery.sink.invalid} deliveries reached the sink with a bad signature`);
+  }
+  return problems;
+}
+
+// --- database and tenant -------------------------------------------------------------------------
+
+interface TemporaryDatabase {
+  name: string;
+  url: string;
+  drop(): Promise<void>;
+}
+
+async function createDatabase(adminUrl: string): Promise<TemporaryDatabase> {
+  const name = `pr_bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return {
+    name,
+    url: url.toString(),
+    async drop() {
+      const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      try {
+        await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await admin.end();
+      }
+    },
+  };
+}
+
+/** Migrates, then makes a tenant with the callback and store A credentials through the CLI. */
+async function createTenant(
+  env: Record<string, string>,
+  tenant: { storeaKeyFile: string; callbackUrl: string; secret: string },
+): Promise<string> {
+  await runCli(["migrate"], env);
+  const created = await runCli([
+    "tenant",
+    "create",
+    "--name",
+    "Relay bench tenant",
+    "--callback-url",
+    tenant.callbackUrl,
+    "--webhook-secret",
+    tenant.secret,
+  ], env);
+  const tenantId = String(created.id);
+  await runCli([
+    "storea",
+    "set-credentials",
+    tenantId,
+    "--bundle-id",
+    BUNDLE_ID,
+    "--key-id",
+    KEY_ID,
+    "--issuer-id",
+    ISSUER_ID,
+    "--private-key-file",
+    tenant.storeaKeyFile,
+  ], env);
+  return tenantId;
+}
+
+async function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      ...SERVICE_PERMISSIONS,
+      `--allow-write=${env.DATA_DIR}`,
+      `${ROOT}/main.ts`,
+      ...args,
+    ],
+    cwd: ROOT,
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!output.success) {
+    throw new Error(`main.ts ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
+  }
+  return JSON.parse(decoder.decode(output.stdout));
+}
+
+/** A new EC P-256 key in PKCS#8 PEM: the tenant's App Store Connect key, never used here. */
+async function writeStoreaKey(path: string): Promise<string> {
+  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+    "sign",
+    "verify",
+  ]);
+  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
+  const base64 = der.toBase64().match(/.{1,64}/g)!.join("\n");
+  await Deno.writeTextFile(
+    path,
+    `-----BEGIN PRIVATE KEY-----\n${base64}\n-----END PRIVATE KEY-----\n`,
+  );
+  return path;
+}
+
+// --- main ----------------------------------------------------------------------------------------
+
+if (import.meta.main) {
+  const { values, positionals } = parseArgs({
+    args: Deno.args,
+    allowPositionals: true,
+    options: {
+      json: { type: "boolean", default: false },
+      "keep-temp": { type: "boolean", default: false },
+      duration: { type: "string" },
+      warmup: { type: "string" },
+      notifications: { type: "string" },
+      drain: { type: "string" },
+    },
+  });
+  const number = (text: string | undefined) => (text === undefined ? undefined : Number(text));
+  const print = (result: RelayBenchmarkResult) => {
+    console.log("## POST /v1/webhooks/storea/:tenantId\n");
+    console.log(formatRelayTable(result));
+    console.log();
+    console.log(formatRelaySummary(result));
+    if (values.json) console.log(JSON.stringify(result, null, 2));
+  };
+  if (positionals[0] === "sink") {
+    serveSink(Deno.env.get("SINK_SECRET") ?? "");
+  } else {
+    try {
+      print(
+        await runRelayBenchmark({
+          durationSeconds: number(values.duration),
+          warmupSeconds: number(values.warmup),
+          notifications: number(values.notifications),
+          drainSeconds: number(values.drain),
+          keepTemp: values["keep-temp"],
+        }),
+      );
+    } catch (error) {
+      if (error instanceof RelayRunError) print(error.result);
+      console.error(error instanceof MissingToolError ? error.message : error);
+      Deno.exit(1);
+    }
+  }
+}
