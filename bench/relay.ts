@@ -37,7 +37,7 @@
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/relay.ts
  *
  * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
- * length of the runs (20 s and 5 s); `--notifications N` the number signed (30,000); `--drain S`
+ * length of the runs (20 s and 5 s); `--notifications N` the number signed (16,000); `--drain S`
  * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
  * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
  * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
@@ -81,7 +81,7 @@ import { verifySignature } from "../src/delivery/signature.ts";
 
 /** Options of {@linkcode runRelayBenchmark}. */
 export interface RelayBenchmarkOptions extends LoadOptions {
-  /** Distinct notifications signed before timing; 30,000 by default. */
+  /** Distinct notifications signed before timing; 16,000 by default. */
   notifications?: number;
   /** The longest wait for the deliveries after the measured run, in seconds; 60 by default. */
   drainSeconds?: number;
@@ -130,6 +130,8 @@ export interface ServiceLog {
   deliveryAttempt: number;
   /** `msg` of every `warn`, `error` or `fatal` line, with its count. */
   problems: Record<string, number>;
+  /** The first few of those lines, as written. */
+  problemLines: string[];
 }
 
 /** What the sink received, as it reports it. */
@@ -163,6 +165,8 @@ export interface DeliveryResult {
   failedAttempts: number;
   /** The sink's counters at the end. */
   sink: SinkStats;
+  /** Time from the receipt (event committed) to the attempt that delivered it, over all rows. */
+  lag: { p50Ms: number; p99Ms: number; maxMs: number };
   /** The measured run: the window between the reads just before wrk started and just after. */
   run: {
     seconds: number;
@@ -186,6 +190,9 @@ export interface DeliveryResult {
     seconds: number;
     deliveries: number;
     perSecond: number;
+    /** CPU time of the service and of the database's backends per delivery while draining. */
+    serviceCpuUsPerDelivery: number;
+    postgresCpuUsPerDelivery: number;
   };
   /** Valid deliveries between the sink's first and last arrival, per second. */
   overallPerSecond: number;
@@ -248,7 +255,7 @@ export async function runRelayBenchmark(
       durationSeconds: options.durationSeconds ?? 20,
       warmupSeconds: options.warmupSeconds ?? 5,
     }),
-    notifications: options.notifications ?? 30_000,
+    notifications: options.notifications ?? 16_000,
     drainSeconds: options.drainSeconds ?? 60,
   };
   if (settings.notifications % settings.threads !== 0) {
@@ -330,26 +337,31 @@ export async function runRelayBenchmark(
         `purchase-relay: pid ${service.pid} on ${service.url}, warming up ${settings.warmupSeconds} s`,
       );
       const warmup = await runLoad(service.url, load, settings.warmupSeconds, 0);
-      const backends = await postgresBackends(sql);
+      const pids: RelayPids = {
+        service: service.pid,
+        sink: sink.pid,
+        postgres: await postgresBackends(sql),
+      };
       progress(
         `purchase-relay: measuring ${settings.durationSeconds} s (from notification ${warmup.nextBase}, ` +
-          `${backends.length} database backends)`,
+          `${pids.postgres.length} database backends)`,
       );
-      const before = await relayCounters(sql, sink.url, [sink.pid, ...backends]);
+      const before = await relayCounters(sql, sink.url, pids);
       const timed = await measureRun(service, load, warmup.nextBase);
-      const after = await relayCounters(sql, sink.url, [sink.pid, ...backends]);
+      const after = await relayCounters(sql, sink.url, pids);
       serviceResult = receiverResult("purchase-relay", settings, warmup, timed);
       progress(describeReceiver(serviceResult, settings));
       progress(`purchase-relay: waiting up to ${settings.drainSeconds} s for the deliveries`);
-      const drainEnd = await waitForDeliveries(sql, settings.drainSeconds);
-      const sinkEnd = await sinkStats(sink.url);
+      const complete = await waitForDeliveries(sql, settings.drainSeconds);
+      const end = await relayCounters(sql, sink.url, pids);
       serviceResult.hwmMb = (await readMemory(service.pid)).hwmKb / 1024;
       delivery = deliveryResult({
         before,
         after,
-        end: { ...drainEnd, sink: sinkEnd },
+        end,
+        complete,
+        lag: await queueLag(sql),
         answeredNew: 1 + warmup.checkedGood + timed.checkedGood,
-        wrkEndedAt: after.at,
       });
       progress(describeDelivery(delivery));
     } finally {
@@ -389,8 +401,9 @@ export function formatRelayTable(result: RelayBenchmarkResult): string {
   return [
     "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    row(result.bare, "1.00", "1.00"),
-    row(result.service, result.rpsRatio.toFixed(2), result.p99Ratio.toFixed(2)),
+    // Three decimals: the service's share of the baseline's req/s is around 1%.
+    row(result.bare, "1.000", "1.00"),
+    row(result.service, result.rpsRatio.toFixed(3), result.p99Ratio.toFixed(2)),
   ].join("\n");
 }
 
@@ -792,30 +805,46 @@ async function sinkStats(url: string): Promise<SinkStats> {
 
 // --- deliveries ----------------------------------------------------------------------------------
 
-/** The queue's and the sink's counters at one moment, with CPU times for a window. */
+/** The processes whose CPU time a window of the service's run is charged with. */
+interface RelayPids {
+  service: number;
+  sink: number;
+  /** The database's backends serving the service. */
+  postgres: number[];
+}
+
+/** The queue's and the sink's counters at one moment, with the CPU seconds used so far. */
 interface RelayCounters {
   at: number;
-  events: number;
-  delivered: number;
-  sinkValid: number;
-  /** CPU seconds of the sink and of each database backend, in the order given. */
-  cpuSeconds: number[];
+  queue: QueueCounts;
+  sink: SinkStats;
+  cpuSeconds: { service: number; sink: number; postgres: number[] };
 }
 
 async function relayCounters(
   sql: postgres.Sql,
   sinkUrl: string,
-  pids: number[],
+  pids: RelayPids,
 ): Promise<RelayCounters> {
-  const cpuSeconds = await Promise.all(pids.map(processCpuSeconds));
-  const counts = await queueCounts(sql);
-  const sink = await sinkStats(sinkUrl);
+  const [service, sink, ...postgres] = await Promise.all(
+    [pids.service, pids.sink, ...pids.postgres].map(processCpuSeconds),
+  );
   return {
     at: Date.now(),
-    events: counts.events,
-    delivered: counts.delivered,
-    sinkValid: sink.valid,
-    cpuSeconds,
+    queue: await queueCounts(sql),
+    sink: await sinkStats(sinkUrl),
+    cpuSeconds: { service, sink, postgres },
+  };
+}
+
+/** CPU seconds each process used between two readings (a backend gone meanwhile counts 0). */
+function cpuBetween(before: RelayCounters, after: RelayCounters) {
+  const a = before.cpuSeconds;
+  const b = after.cpuSeconds;
+  return {
+    service: b.service - a.service,
+    sink: b.sink - a.sink,
+    postgres: b.postgres.reduce((sum, s, i) => sum + Math.max(0, s - a.postgres[i]), 0),
   };
 }
 
@@ -848,64 +877,83 @@ async function queueCounts(sql: postgres.Sql): Promise<QueueCounts> {
   };
 }
 
-/** Polls the queue until no delivery is pending (or `seconds` go by); returns the last counts. */
-async function waitForDeliveries(
+/** Time from receipt to the delivered attempt over every delivered row, in ms. */
+async function queueLag(
   sql: postgres.Sql,
-  seconds: number,
-): Promise<QueueCounts & { complete: boolean }> {
+): Promise<{ p50Ms: number; p99Ms: number; maxMs: number }> {
+  const [row] = await sql`
+    WITH lag AS (
+      SELECT extract(epoch FROM d.delivered_at - e.received_at) * 1000 AS ms
+      FROM deliveries d JOIN events e ON e.id = d.event_id
+      WHERE d.status = 'delivered'
+    )
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99,
+           max(ms) AS max
+    FROM lag`;
+  return { p50Ms: Number(row.p50), p99Ms: Number(row.p99), maxMs: Number(row.max) };
+}
+
+/** Polls the queue until no delivery is pending, or `seconds` go by; says which. */
+async function waitForDeliveries(sql: postgres.Sql, seconds: number): Promise<boolean> {
   const deadline = Date.now() + seconds * 1000;
   while (true) {
     const counts = await queueCounts(sql);
-    const complete = counts.pending === 0 && counts.delivered + counts.failed >= counts.events;
-    if (complete || Date.now() > deadline) return { ...counts, complete };
+    if (counts.pending === 0 && counts.delivered + counts.failed >= counts.events) return true;
+    if (Date.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }
 
 function deliveryResult(readings: {
+  /** Just before and just after the measured run's wrk, and once the deliveries were done. */
   before: RelayCounters;
   after: RelayCounters;
-  end: QueueCounts & { complete: boolean; sink: SinkStats };
+  end: RelayCounters;
+  complete: boolean;
+  lag: DeliveryResult["lag"];
   answeredNew: number;
-  wrkEndedAt: number;
 }): DeliveryResult {
   const { before, after, end } = readings;
   const seconds = (after.at - before.at) / 1000;
-  const [sinkBefore, ...backendsBefore] = before.cpuSeconds;
-  const [sinkAfter, ...backendsAfter] = after.cpuSeconds;
-  const backendSeconds = backendsAfter.reduce((sum, s, i) => sum + s - backendsBefore[i], 0);
-  const drainSeconds = Math.max(0, end.sink.lastAt - readings.wrkEndedAt) / 1000;
-  const drained = end.sink.valid - after.sinkValid;
+  const runCpu = cpuBetween(before, after);
+  const drainCpu = cpuBetween(after, end);
+  // From the end of wrk to the last delivery's arrival, when there was any backlog.
+  const drainSeconds = Math.max(0, end.sink.lastAt - after.at) / 1000;
+  const drained = end.sink.valid - after.sink.valid;
   const span = (end.sink.lastAt - end.sink.firstAt) / 1000;
   return {
-    accepted: end.events,
+    accepted: end.queue.events,
     answeredNew: readings.answeredNew,
-    delivered: end.delivered,
-    pending: end.pending,
-    failed: end.failed,
-    attempts: end.attempts,
-    failedAttempts: end.failedAttempts,
+    delivered: end.queue.delivered,
+    pending: end.queue.pending,
+    failed: end.queue.failed,
+    attempts: end.queue.attempts,
+    failedAttempts: end.queue.failedAttempts,
     sink: end.sink,
+    lag: readings.lag,
     run: {
       seconds,
-      accepted: after.events - before.events,
-      acceptedPerSecond: (after.events - before.events) / seconds,
-      delivered: after.sinkValid - before.sinkValid,
-      deliveredPerSecond: (after.sinkValid - before.sinkValid) / seconds,
-      backlogAtStart: before.events - before.delivered,
-      backlogAtEnd: after.events - after.delivered,
-      sinkCpuCores: (sinkAfter - sinkBefore) / seconds,
-      postgresCpuCores: backendSeconds / seconds,
+      accepted: after.queue.events - before.queue.events,
+      acceptedPerSecond: (after.queue.events - before.queue.events) / seconds,
+      delivered: after.sink.valid - before.sink.valid,
+      deliveredPerSecond: (after.sink.valid - before.sink.valid) / seconds,
+      backlogAtStart: before.queue.events - before.queue.delivered,
+      backlogAtEnd: after.queue.events - after.queue.delivered,
+      sinkCpuCores: runCpu.sink / seconds,
+      postgresCpuCores: runCpu.postgres / seconds,
     },
     drain: {
-      complete: end.complete,
+      complete: readings.complete,
       seconds: drainSeconds,
       deliveries: drained,
       perSecond: drainSeconds > 0 ? drained / drainSeconds : NaN,
+      serviceCpuUsPerDelivery: drained > 0 ? drainCpu.service / drained * 1e6 : NaN,
+      postgresCpuUsPerDelivery: drained > 0 ? drainCpu.postgres / drained * 1e6 : NaN,
     },
     overallPerSecond: span > 0 ? end.sink.distinct / span : NaN,
-    lostRows: end.events - end.delivered,
-    lostAtSink: end.events - end.sink.distinct,
+    lostRows: end.queue.events - end.queue.delivered,
+    lostAtSink: end.queue.events - end.sink.distinct,
   };
 }
 
@@ -913,19 +961,27 @@ function describeDelivery(d: DeliveryResult): string {
   const lost = d.lostRows === 0 && d.lostAtSink === 0
     ? "none lost"
     : `LOST: ${d.lostRows} not delivered in the database, ${d.lostAtSink} never reached the sink`;
-  return `deliveries: ${d.accepted} accepted (${d.answeredNew} receipts checked by wrk), ` +
+  return [
+    `deliveries: ${d.accepted} accepted (${d.answeredNew} receipts checked by wrk), ` +
     `${d.delivered} delivered rows (${d.pending} pending, ${d.failed} failed), ${d.attempts} ` +
     `attempts (${d.failedAttempts} without a 2xx), sink ${d.sink.valid} valid deliveries of ` +
     `${d.sink.distinct} distinct events (${d.sink.duplicates} duplicates, ${d.sink.invalid} ` +
-    `bad signatures): ${lost}. Measured run (${d.run.seconds.toFixed(1)} s): ${
-      d.run.acceptedPerSecond.toFixed(0)
-    } accepted/s, ${
-      d.run.deliveredPerSecond.toFixed(0)
-    } delivered/s, backlog ${d.run.backlogAtStart} -> ${d.run.backlogAtEnd}. Drain: ${d.drain.deliveries} more in ${
-      d.drain.seconds.toFixed(1)
-    } s (${d.drain.perSecond.toFixed(0)}/s)${d.drain.complete ? "" : ", NOT COMPLETE"}. Overall ${
-      d.overallPerSecond.toFixed(0)
-    } deliveries/s, first to last`;
+    `bad signatures): ${lost}.`,
+    `Measured run (${d.run.seconds.toFixed(1)} s): ${d.run.acceptedPerSecond.toFixed(0)} ` +
+    `accepted/s, ${d.run.deliveredPerSecond.toFixed(0)} delivered/s, backlog ` +
+    `${d.run.backlogAtStart} -> ${d.run.backlogAtEnd}.`,
+    `Drain: ${d.drain.deliveries} more in ${d.drain.seconds.toFixed(1)} s (` +
+    `${d.drain.perSecond.toFixed(0)}/s, service ${d.drain.serviceCpuUsPerDelivery.toFixed(0)} µs ` +
+    `and PostgreSQL ${d.drain.postgresCpuUsPerDelivery.toFixed(0)} µs CPU per delivery)` +
+    `${d.drain.complete ? "" : ", NOT COMPLETE"}.`,
+    `Overall ${d.overallPerSecond.toFixed(0)} deliveries/s, first to last; receipt to delivery ` +
+    `p50 ${fixed(d.lag.p50Ms / 1000)} s, p99 ${fixed(d.lag.p99Ms / 1000)} s, max ` +
+    `${fixed(d.lag.maxMs / 1000)} s.`,
+  ].join(" ");
+}
+
+function fixed(seconds: number): string {
+  return seconds.toFixed(seconds < 10 ? 2 : 1);
 }
 
 /** The backends of the database other than the bench's own connection: the service's. */
@@ -956,6 +1012,7 @@ async function scanServiceLog(path: string): Promise<ServiceLog> {
     notificationReceived: 0,
     deliveryAttempt: 0,
     problems: {},
+    problemLines: [],
   };
   const head = /^\{"ts":"[^"]*","level":"(\w+)","msg":"([^"]*)"/;
   let carry = "";
@@ -968,6 +1025,7 @@ async function scanServiceLog(path: string): Promise<ServiceLog> {
     else if (msg === "delivery_attempt") scan.deliveryAttempt++;
     if (level === "warn" || level === "error" || level === "fatal") {
       scan.problems[msg] = (scan.problems[msg] ?? 0) + 1;
+      if (scan.problemLines.length < 5) scan.problemLines.push(line);
     }
   };
   using file = await Deno.open(path);
@@ -1007,6 +1065,13 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
     problems.push(
       `the service wrote ${result.serviceLog.httpRequest} http_request lines for ` +
         `${result.service.requests} measured requests`,
+    );
+  }
+  const logged = Object.entries(result.serviceLog.problems);
+  if (logged.length > 0) {
+    problems.push(
+      `the service logged ${logged.map(([msg, n]) => `${msg} x${n}`).join(", ")}; first: ` +
+        result.serviceLog.problemLines[0],
     );
   }
   const { delivery } = result;

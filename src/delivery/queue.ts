@@ -103,7 +103,7 @@ export async function nextDueAt(sql: Sql, horizonMs: number): Promise<Date | nul
 }
 
 /**
- * Records an attempt and moves the delivery to its next state, in one transaction. The state
+ * Records an attempt and moves the delivery to its next state, in one statement. The state
  * changes only while `owner` still holds the lease; the attempt is recorded either way.
  * Returns false when the lease had been lost.
  */
@@ -113,13 +113,14 @@ export async function recordAttempt(
   attempt: { owner: string; result: AttemptResult; verdict: AttemptVerdict },
 ): Promise<boolean> {
   const { owner, result, verdict } = attempt;
-  return await sql.begin(async (tx) => {
-    await tx`
+  // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
+  const [row] = await sql`
+    WITH attempt AS (
       INSERT INTO delivery_attempts
         (delivery_id, attempted_at, duration_ms, response_code, response_body, error)
       VALUES (${deliveryId}, ${result.attemptedAt}, ${Math.round(result.durationMs)},
-              ${result.responseCode}, ${result.responseBody}, ${result.error})`;
-    const updated = await tx`
+              ${result.responseCode}, ${result.responseBody}, ${result.error})
+    ), moved AS (
       UPDATE deliveries
       SET status = ${verdict.status},
           attempts = attempts + 1,
@@ -133,9 +134,10 @@ export async function recordAttempt(
           last_error = ${result.error},
           updated_at = now()
       WHERE id = ${deliveryId} AND lease_owner = ${owner}
-      RETURNING id`;
-    return updated.length === 1;
-  });
+      RETURNING id
+    )
+    SELECT count(*)::int AS moved FROM moved`;
+  return row.moved === 1;
 }
 
 /** Gives a claimed delivery back unattempted (shutdown, or its tenant became inactive). */

@@ -1,6 +1,6 @@
 /**
  * Ingest: a verified notification becomes an event and its delivery, committed together in one
- * transaction before the receiver answers 200 (decisions.md 7), so an acknowledged notification
+ * statement (so one transaction) before the receiver answers 200 (decisions.md 7), so an acknowledged notification
  * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
  */
 import type { Sql } from "../db/connect.ts";
@@ -63,36 +63,34 @@ export async function ingestNotification(
     raw: notification.raw,
   });
 
-  return await sql.begin(async (tx) => {
-    const inserted = await tx`
+  // One statement, so one atomic transaction without a client-side BEGIN: npm:postgres 3.4.9
+  // can send a BEGIN without reserving its connection under load (porsager/postgres#1189).
+  const deliveryId = newId("dlv");
+  const [stored] = await sql`
+    WITH event AS (
       INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
                           received_at)
       VALUES (${eventId}, ${tenantId}, ${source}, ${externalId}, ${entry.event},
               ${entry.platformEvent}, ${payload}, ${receivedAt})
       ON CONFLICT (tenant_id, source, external_id) DO NOTHING
-      RETURNING id`;
-    if (inserted.length === 0) {
-      // spec 2.6: a duplicate answers with the first receipt's event id and creates nothing.
-      const [first] = await tx`
-        SELECT id FROM events
-        WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;
-      return {
-        eventId: first.id,
-        externalId,
-        isNew: false,
-        enqueuedDelivery: false,
-        deliveryId: null,
-      };
-    }
-    const [tenant] = await tx`SELECT callback_url FROM tenants WHERE id = ${tenantId}`;
-    const enqueued = tenant?.callback_url != null;
-    const deliveryId = newId("dlv");
-    await tx`
+      RETURNING id, tenant_id
+    ), delivery AS (
       INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error)
-      VALUES (${deliveryId}, ${eventId}, ${tenantId},
-              ${enqueued ? "pending" : "failed"},
-              ${enqueued ? receivedAt : null},
-              ${enqueued ? null : NO_CALLBACK_ERROR})`;
+      SELECT ${deliveryId}, event.id, event.tenant_id,
+             CASE WHEN t.callback_url IS NULL THEN 'failed' ELSE 'pending' END,
+             CASE WHEN t.callback_url IS NULL THEN NULL ELSE ${receivedAt}::timestamptz END,
+             CASE WHEN t.callback_url IS NULL THEN ${NO_CALLBACK_ERROR} END
+      FROM event JOIN tenants t ON t.id = event.tenant_id
+      RETURNING status
+    )
+    SELECT (SELECT status FROM delivery) AS status`;
+  if (stored.status !== null) {
+    const enqueued = stored.status === "pending";
     return { eventId, externalId, isNew: true, enqueuedDelivery: enqueued, deliveryId };
-  });
+  }
+  // spec 2.6: a duplicate answers with the first receipt's event id and creates nothing.
+  const [first] = await sql`
+    SELECT id FROM events
+    WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;
+  return { eventId: first.id, externalId, isNew: false, enqueuedDelivery: false, deliveryId: null };
 }
