@@ -27,8 +27,14 @@
  * @module
  */
 import http from "node:http";
-import type { AddressInfo } from "node:net";
 import { verifySignature } from "../delivery/signature.ts";
+import {
+  answerAndClose,
+  clientGone,
+  closeServer,
+  listenOnLoopback,
+  sleepUnlessAborted,
+} from "./loopback_http.ts";
 
 /** Options of {@linkcode startCallbackReceiver}. */
 export interface CallbackReceiverOptions {
@@ -171,15 +177,9 @@ class Receiver implements CallbackReceiver {
     this.#rejectInvalidSignatures = options.rejectInvalidSignatures ?? false;
   }
 
-  listen(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.#server.once("error", reject);
-      this.#server.listen(0, "127.0.0.1", () => {
-        const { port } = this.#server.address() as AddressInfo;
-        this.url = `http://127.0.0.1:${port}${this.#path}`;
-        resolve();
-      });
-    });
+  async listen(): Promise<void> {
+    const port = await listenOnLoopback(this.#server);
+    this.url = `http://127.0.0.1:${port}${this.#path}`;
   }
 
   setSecrets(secrets: string[]): void {
@@ -232,11 +232,8 @@ class Receiver implements CallbackReceiver {
       waiter.reject(new Error(this.#shortfall(waiter.count, "the receiver was closed")));
     }
     this.#waiters.clear();
-    return new Promise((resolve) => {
-      this.#server.close(() => resolve());
-      // Destroys hanging and delayed requests too; their `close` events settle them.
-      this.#server.closeAllConnections();
-    });
+    // Destroys hanging and delayed requests too; their `close` events settle them.
+    return closeServer(this.#server);
   }
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -278,7 +275,7 @@ class Receiver implements CallbackReceiver {
     const answer = (status: number, text: string, extra?: Record<string, string>) => {
       settle();
       delivery.answeredStatus = status;
-      send(res, status, text, extra);
+      answerAndClose(res, status, BODYLESS_STATUSES.has(status) ? "" : text, extra);
     };
     if (new URL(delivery.path, "http://127.0.0.1").pathname !== this.#path) {
       answer(404, '{"error":"not found"}');
@@ -299,7 +296,7 @@ class Receiver implements CallbackReceiver {
       return;
     }
     if (scripted.delayMs) {
-      const completed = await sleep(scripted.delayMs, clientGone(res));
+      const completed = await sleepUnlessAborted(scripted.delayMs, clientGone(res));
       if (!completed) {
         res.destroy();
         return;
@@ -386,47 +383,4 @@ function parseJson(text: string): unknown {
   } catch {
     return null;
   }
-}
-
-function send(
-  res: http.ServerResponse,
-  status: number,
-  body: string,
-  extra: Record<string, string> = {},
-): void {
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(extra)) {
-    if (name.toLowerCase() !== "connection") headers[name] = value;
-  }
-  headers["Connection"] = "close";
-  const text = BODYLESS_STATUSES.has(status) ? "" : body;
-  if (text !== "" && !Object.keys(headers).some((name) => name.toLowerCase() === "content-type")) {
-    headers["Content-Type"] = "application/json";
-  }
-  res.writeHead(status, headers).end(text);
-}
-
-/** Aborts when the connection closes before the answer is written. */
-function clientGone(res: http.ServerResponse): AbortSignal {
-  const controller = new AbortController();
-  res.once("close", () => {
-    if (!res.writableFinished) controller.abort();
-  });
-  return controller.signal;
-}
-
-/** Resolves true after `ms`, or false as soon as `signal` aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve(true);
-    }, ms);
-    function onAbort() {
-      clearTimeout(timer);
-      resolve(false);
-    }
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }

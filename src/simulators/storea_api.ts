@@ -10,7 +10,13 @@
  * @module
  */
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import {
+  answerAndClose,
+  clientGone,
+  closeServer,
+  listenOnLoopback,
+  sleepUnlessAborted,
+} from "./loopback_http.ts";
 import {
   compactVerify,
   decodeProtectedHeader,
@@ -217,16 +223,10 @@ class ApiSimulator implements StoreaApiSimulator {
     return this.#tokens.size;
   }
 
-  listen(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.#server.once("error", reject);
-      this.#server.listen(0, "127.0.0.1", () => {
-        const { port } = this.#server.address() as AddressInfo;
-        this.productionUrl = `http://127.0.0.1:${port}/production`;
-        this.sandboxUrl = `http://127.0.0.1:${port}/sandbox`;
-        resolve();
-      });
-    });
+  async listen(): Promise<void> {
+    const port = await listenOnLoopback(this.#server);
+    this.productionUrl = `http://127.0.0.1:${port}/production`;
+    this.sandboxUrl = `http://127.0.0.1:${port}/sandbox`;
   }
 
   async addKey(key: StoreaApiKeyRegistration): Promise<void> {
@@ -265,10 +265,7 @@ class ApiSimulator implements StoreaApiSimulator {
   }
 
   close(): Promise<void> {
-    return new Promise((resolve) => {
-      this.#server.close(() => resolve());
-      this.#server.closeAllConnections();
-    });
+    return closeServer(this.#server);
   }
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -311,7 +308,7 @@ class ApiSimulator implements StoreaApiSimulator {
     const scripted = this.#nextScripted(environment);
     if (scripted?.delayMs) {
       // close() destroys every connection, so this also cuts delays short on close.
-      const completed = await sleep(scripted.delayMs, clientGone(res));
+      const completed = await sleepUnlessAborted(scripted.delayMs, clientGone(res));
       if (!completed) {
         record(null);
         res.destroy();
@@ -412,36 +409,5 @@ function send(res: http.ServerResponse, answer: Answer): void {
     : typeof answer.body === "string"
     ? answer.body
     : JSON.stringify(answer.body);
-  // No keep-alive: fetch silently retries a request whose reused connection is reset, which
-  // would turn one scripted reset into a success. A fresh connection per call is not retried.
-  const headers: Record<string, string> = { Connection: "close", ...answer.headers };
-  if (body !== "" && !Object.keys(headers).some((name) => name.toLowerCase() === "content-type")) {
-    headers["Content-Type"] = "application/json";
-  }
-  res.writeHead(answer.status, headers).end(body);
-}
-
-/** Aborts when the client closes its connection before the answer is written. */
-function clientGone(res: http.ServerResponse): AbortSignal {
-  const controller = new AbortController();
-  res.once("close", () => {
-    if (!res.writableFinished) controller.abort();
-  });
-  return controller.signal;
-}
-
-/** Resolves true after `ms`, or false as soon as `signal` aborts. */
-function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve(true);
-    }, ms);
-    function onAbort() {
-      clearTimeout(timer);
-      resolve(false);
-    }
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
+  answerAndClose(res, answer.status, body, answer.headers);
 }

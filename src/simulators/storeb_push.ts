@@ -28,7 +28,7 @@
  * @module
  */
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import { answerAndClose, closeServer, listenOnLoopback } from "./loopback_http.ts";
 import { exportJWK, generateKeyPair, type JWK, SignJWT } from "jose";
 
 /** Where the simulated issuer publishes its keys, as Google does. */
@@ -252,14 +252,8 @@ class OidcIssuer implements PushTokenIssuer {
 
   async listen(): Promise<void> {
     this.#current = await newSigningKey();
-    await new Promise<void>((resolve, reject) => {
-      this.#server.once("error", reject);
-      this.#server.listen(0, "127.0.0.1", () => {
-        const { port } = this.#server.address() as AddressInfo;
-        this.certsUrl = `http://127.0.0.1:${port}${CERTS_PATH}`;
-        resolve();
-      });
-    });
+    const port = await listenOnLoopback(this.#server);
+    this.certsUrl = `http://127.0.0.1:${port}${CERTS_PATH}`;
   }
 
   async mint(claims: PushTokenClaimsInput): Promise<string> {
@@ -302,10 +296,7 @@ class OidcIssuer implements PushTokenIssuer {
   }
 
   close(): Promise<void> {
-    return new Promise((resolve) => {
-      this.#server.close(() => resolve());
-      this.#server.closeAllConnections();
-    });
+    return closeServer(this.#server);
   }
 
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -359,10 +350,6 @@ function send(
   body: unknown,
   headers: Record<string, string> = {},
 ): void {
-  // No keep-alive: see the module comment.
-  res.writeHead(status, {
-    "Content-Type": "application/json; charset=UTF-8",
-    Connection: "close",
-    ...headers,
-  }).end(JSON.stringify(body));
+  const type = { "Content-Type": "application/json; charset=UTF-8", ...headers };
+  answerAndClose(res, status, JSON.stringify(body), type);
 }
