@@ -8,7 +8,7 @@ import { monotonicFactory } from "ulid";
 const nextUlid = monotonicFactory();
 
 /** The prefixes of the service's ids. */
-export type IdPrefix = "tenant" | "key" | "evt" | "dlv" | "req";
+export type IdPrefix = "tenant" | "key" | "evt" | "dlv" | "req" | "dispatcher";
 
 /** A new id such as `tenant_01J...`. */
 export function newId(prefix: IdPrefix): string {

@@ -39,6 +39,7 @@ import {
   requeueDeliveries,
 } from "../delivery/queue.ts";
 import { sendDelivery } from "../delivery/sender.ts";
+import { serializePayload } from "../delivery/payload.ts";
 import { loadDeliveryTarget, rotateWebhookSecret } from "../db/tenants.ts";
 
 /** A command that failed; `code` is printed as `error`. Exit 1. */
@@ -197,10 +198,7 @@ const COMMANDS: Record<string, Command> = {
     const graceMs = parseDuration(parsed.values.grace ?? "24h");
     if (graceMs === null) throw new UsageError("--grace must be a duration such as 30m, 24h or 7d");
     const { db, box } = await context.open();
-    const tenant = await mustFindTenant(db, id);
-    if (tenant.callbackUrl === null) {
-      throw new CommandError("NO_CALLBACK_URL", "the tenant has no callback URL; set one first");
-    }
+    mustHaveCallback(await mustFindTenant(db, id));
     const webhookSecret = webhookSecretFrom(undefined);
     const rotated =
       (await rotateWebhookSecret(db.sql, box, id, { secret: webhookSecret, graceMs }))!;
@@ -235,8 +233,7 @@ const COMMANDS: Record<string, Command> = {
     const { db } = await context.open();
     const delivery = await findDelivery(db.sql, id);
     if (delivery === null) throw new CommandError("DELIVERY_NOT_FOUND", `no delivery ${id}`);
-    const { attemptLog, ...fields } = delivery;
-    return { ...fields, attemptLog };
+    return { ...delivery };
   },
   // Manual re-delivery: an immediate attempt and a fresh retry schedule. Running services are
   // woken through the database; one that cannot hear it picks the work up at its next sweep.
@@ -284,13 +281,10 @@ const COMMANDS: Record<string, Command> = {
   "webhook test": async (args, context) => {
     const tenantId = onePositional(parse(args, {}), "TENANT_ID");
     const { db, box } = await context.open();
-    await mustFindTenant(db, tenantId);
+    mustHaveCallback(await mustFindTenant(db, tenantId));
     const target = (await loadDeliveryTarget(db.sql, box, tenantId))!;
-    if (target.callbackUrl === null) {
-      throw new CommandError("NO_CALLBACK_URL", "the tenant has no callback URL; set one first");
-    }
     const eventId = newId("evt");
-    const payload = JSON.stringify({
+    const payload = serializePayload({
       event: "test",
       reason: null,
       platformEvent: "service.test",
@@ -304,7 +298,7 @@ const COMMANDS: Record<string, Command> = {
       raw: {},
     });
     const result = await sendDelivery({
-      callbackUrl: target.callbackUrl,
+      callbackUrl: target.callbackUrl!,
       payload,
       event: "test",
       eventId,
@@ -554,6 +548,12 @@ function deliveryStatus(text: string | undefined): DeliveryStatus | null {
     throw new UsageError("--status must be pending, delivered or failed");
   }
   return text;
+}
+
+function mustHaveCallback(tenant: Tenant): void {
+  if (tenant.callbackUrl === null) {
+    throw new CommandError("NO_CALLBACK_URL", "the tenant has no callback URL; set one first");
+  }
 }
 
 async function mustFindTenant(db: Database, id: string): Promise<Tenant> {

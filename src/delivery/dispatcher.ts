@@ -48,7 +48,7 @@ export interface DispatcherOptions {
 /** Sends due deliveries, retries them on schedule, and records every attempt. */
 export class Dispatcher {
   /** This process's name on the leases it holds. */
-  readonly owner = newId("dlv").replace("dlv_", "dispatcher_");
+  readonly owner = newId("dispatcher");
   #options: DispatcherOptions;
   #leaseMs: number;
   #inFlight = new Set<Promise<void>>();

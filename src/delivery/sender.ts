@@ -6,6 +6,7 @@
 import { isIP } from "node:net";
 import { callbackUrlProblem, isPublicAddress } from "./callback_url.ts";
 import { signatureHeader } from "./signature.ts";
+import { readStreamPrefix } from "../http/body.ts";
 import type { AttemptResult } from "./queue.ts";
 
 /** How much of a callback's answer is kept. */
@@ -119,31 +120,12 @@ async function resolveHost(host: string): Promise<string[]> {
 
 /** The first `limit` bytes of the body as text; the rest is not read. */
 async function readPrefix(response: Response, limit: number): Promise<string | null> {
-  if (response.body === null) return null;
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
   try {
-    while (total < limit) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      total += value.length;
-    }
+    const { bytes } = await readStreamPrefix(response.body, limit);
+    return response.body === null ? null : new TextDecoder().decode(bytes);
   } catch {
-    // A body cut short still tells the operator something: keep what arrived.
-  } finally {
-    reader.cancel().catch(() => {});
+    return null; // cut short (reset, or the attempt's timeout): the status still counts
   }
-  const bytes = new Uint8Array(Math.min(total, limit));
-  let offset = 0;
-  for (const chunk of chunks) {
-    const part = chunk.subarray(0, bytes.length - offset);
-    bytes.set(part, offset);
-    offset += part.length;
-    if (offset >= bytes.length) break;
-  }
-  return new TextDecoder().decode(bytes);
 }
 
 /** `Retry-After` as seconds or an HTTP date (RFC 9110 10.2.3), in ms from `now`. */

@@ -6,6 +6,7 @@
 import type { Sql } from "../db/connect.ts";
 import { newId } from "../ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
+import { serializePayload } from "../delivery/payload.ts";
 
 /** Where a notification came from (spec 2.9 `source`). */
 export type EventSource = "storea" | "storeb";
@@ -48,17 +49,13 @@ export async function ingestNotification(
   const { tenantId, source, externalId, entry } = notification;
   const eventId = newId("evt");
   const receivedAt = new Date();
-  // Serialized once: every attempt sends these exact bytes and signs them afresh.
-  const payload = JSON.stringify({
-    event: entry.event,
-    reason: entry.reason,
-    platformEvent: entry.platformEvent,
+  const payload = serializePayload({
+    ...entry,
     eventId,
     externalId,
     timestamp: receivedAt.toISOString(),
     tenantId,
     source,
-    subject: entry.subject,
     data: notification.data,
     raw: notification.raw,
   });

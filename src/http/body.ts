@@ -21,7 +21,14 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > limit) throw tooLarge(limit);
 
-  const bytes = await readLimited(request, limit);
+  let read: { bytes: Uint8Array; exceeded: boolean };
+  try {
+    read = await readStreamPrefix(request.body, limit);
+  } catch {
+    throw invalidRequest("the request body could not be read");
+  }
+  if (read.exceeded) throw tooLarge(limit);
+  const bytes = read.bytes;
   if (bytes.length === 0) throw invalidRequest("the request body is empty");
   let text: string;
   try {
@@ -41,39 +48,40 @@ function isJsonMediaType(value: string): boolean {
   return type === "application/json";
 }
 
-async function readLimited(request: Request, limit: number): Promise<Uint8Array> {
-  if (request.body === null) return new Uint8Array(0);
-  const reader = request.body.getReader();
+/**
+ * Reads at most `limit` bytes of `stream`, and one chunk more to tell whether there was more;
+ * then stops reading and cancels the rest. Read errors propagate.
+ */
+export async function readStreamPrefix(
+  stream: ReadableStream<Uint8Array> | null,
+  limit: number,
+): Promise<{ bytes: Uint8Array; exceeded: boolean }> {
+  if (stream === null) return { bytes: new Uint8Array(0), exceeded: false };
+  const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {
-    while (true) {
-      let next: ReadableStreamReadResult<Uint8Array>;
-      try {
-        next = await reader.read();
-      } catch {
-        throw invalidRequest("the request body could not be read");
-      }
-      const { done, value } = next;
+    while (total <= limit) {
+      const { done, value } = await reader.read();
       if (done) break;
-      total += value.length;
-      if (total > limit) {
-        await reader.cancel().catch(() => {});
-        throw tooLarge(limit);
-      }
       chunks.push(value);
+      total += value.length;
     }
   } finally {
+    if (total > limit) await reader.cancel().catch(() => {});
     reader.releaseLock();
   }
-  if (chunks.length === 1) return chunks[0];
-  const body = new Uint8Array(total);
+  const kept = Math.min(total, limit);
+  if (chunks.length === 1 && total <= limit) return { bytes: chunks[0], exceeded: false };
+  const bytes = new Uint8Array(kept);
   let offset = 0;
   for (const chunk of chunks) {
-    body.set(chunk, offset);
-    offset += chunk.length;
+    const part = chunk.subarray(0, kept - offset);
+    bytes.set(part, offset);
+    offset += part.length;
+    if (offset === kept) break;
   }
-  return body;
+  return { bytes, exceeded: total > limit };
 }
 
 function tooLarge(limit: number) {

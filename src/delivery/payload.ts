@@ -1,0 +1,39 @@
+/**
+ * The body of a delivery (spec 2.9), serialized once so that every attempt sends the same bytes
+ * in the same key order and the signature covers exactly them.
+ */
+import type { Subject } from "../events/catalog.ts";
+
+/** Every field of spec 2.9. */
+export interface DeliveryPayload {
+  event: string;
+  reason: string | null;
+  platformEvent: string;
+  eventId: string;
+  externalId: string;
+  /** ISO-8601 receipt time. */
+  timestamp: string;
+  tenantId: string;
+  /** `storea` or `storeb`; `service` only for the CLI's `webhook test` events. */
+  source: "storea" | "storeb" | "service";
+  subject: Subject | null;
+  data: unknown;
+  raw: unknown;
+}
+
+/** The JSON body, keys in the order of spec 2.9. */
+export function serializePayload(payload: DeliveryPayload): string {
+  return JSON.stringify({
+    event: payload.event,
+    reason: payload.reason,
+    platformEvent: payload.platformEvent,
+    eventId: payload.eventId,
+    externalId: payload.externalId,
+    timestamp: payload.timestamp,
+    tenantId: payload.tenantId,
+    source: payload.source,
+    subject: payload.subject,
+    data: payload.data,
+    raw: payload.raw,
+  });
+}

@@ -1,0 +1,34 @@
+/** The delivery body (spec 2.9): every field, in order, and nothing else. */
+import assert from "node:assert/strict";
+import { serializePayload } from "../src/delivery/payload.ts";
+
+Deno.test("delivery payload: the fields of spec 2.9 in order, extra fields dropped", () => {
+  const text = serializePayload({
+    raw: { r: 1 },
+    data: { d: 1 },
+    subject: { key: "k", productId: null, type: "product" },
+    source: "storeb",
+    tenantId: "tenant_X",
+    timestamp: "2026-01-01T00:00:00.000Z",
+    externalId: "m1",
+    eventId: "evt_X",
+    platformEvent: "storeb.one_time_product.1",
+    reason: null,
+    event: "product.purchased",
+    ...{ notInTheSpec: true },
+  });
+  assert.deepEqual(Object.keys(JSON.parse(text)), [
+    "event",
+    "reason",
+    "platformEvent",
+    "eventId",
+    "externalId",
+    "timestamp",
+    "tenantId",
+    "source",
+    "subject",
+    "data",
+    "raw",
+  ]);
+  assert.equal(JSON.parse(text).subject.key, "k");
+});
