@@ -14,7 +14,7 @@ import {
   stopAndDrop,
 } from "./helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "./helpers/fixtures.ts";
-import { cliOk, deliveryOf, eventually, postJson } from "./helpers/relay.ts";
+import { cliOk, deliveryOf, deliveryReaches, eventually, postJson } from "./helpers/relay.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
 import { StoreaSigner } from "../src/simulators/storea_signer.ts";
 import {
@@ -100,14 +100,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
     await t.step("non-2xx answers follow the schedule, then the delivery fails", async () => {
       receiver.script({ status: 500, body: "boom", times: 3 });
       const eventId = await relay.notify();
-      const row = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "failed" ? found : undefined;
-        },
-        15_000,
-        "failed",
-      );
+      const row = await deliveryReaches(sql, eventId, "failed");
       const requests = requestsFor(eventId);
       assert.equal(requests.length, 3, "first attempt + 2 retries");
       // Each retry waits its scheduled delay after the previous attempt.
@@ -147,14 +140,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
       const started = Date.now();
       const retried = await cliOk(service, "deliveries", "retry", row.id);
       assert.deepEqual(retried.queued, [row.id]);
-      const delivered = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      const delivered = await deliveryReaches(sql, eventId, "delivered");
       // Woken through the database, not by the minute sweep.
       assert.ok(Date.now() - started < 8_000);
       assert.equal(delivered.last_response_code, 200);
@@ -174,14 +160,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
     await t.step("a 503 with Retry-After waits longer than the schedule asks", async () => {
       receiver.script({ status: 503, headers: { "Retry-After": "3" } });
       const eventId = await relay.notify();
-      await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      await deliveryReaches(sql, eventId, "delivered");
       const [first, second] = requestsFor(eventId);
       assert.ok(second.receivedAt - first.receivedAt >= 2900, "Retry-After: 3 honoured");
     });
@@ -189,14 +168,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
     await t.step("redirects are failures and are not followed", async () => {
       receiver.script({ status: 302, headers: { Location: receiver.url + "/elsewhere" } });
       const eventId = await relay.notify();
-      const row = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      const row = await deliveryReaches(sql, eventId, "delivered");
       assert.equal(row.attempts, 2);
       const attempts = await sql`
         SELECT response_code FROM delivery_attempts WHERE delivery_id = ${row.id} ORDER BY id`;
@@ -208,14 +180,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
       receiver.script({ hang: true });
       receiver.script({ reset: true });
       const eventId = await relay.notify();
-      const row = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      const row = await deliveryReaches(sql, eventId, "delivered");
       const attempts = await sql`
         SELECT response_code, error, duration_ms FROM delivery_attempts
         WHERE delivery_id = ${row.id} ORDER BY id`;
@@ -231,14 +196,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
     await t.step("only the first 4 KB of an answer's body is kept", async () => {
       receiver.script({ status: 500, bodyBytes: 100_000 });
       const eventId = await relay.notify();
-      const row = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      const row = await deliveryReaches(sql, eventId, "delivered");
       const [attempt] = await sql`
         SELECT response_code, response_body FROM delivery_attempts
         WHERE delivery_id = ${row.id} ORDER BY id LIMIT 1`;
@@ -263,14 +221,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
       assert.equal(waiting.status, "pending");
       assert.equal(waiting.attempts, 1, "no attempt while inactive");
       await cliOk(service, "tenant", "activate", relay.tenantId);
-      await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        10_000,
-        "delivered after activation",
-      );
+      await deliveryReaches(sql, eventId, "delivered", 10_000);
     });
 
     await t.step(
@@ -425,14 +376,7 @@ Deno.test("delivery: at most DELIVERY_CONCURRENCY attempts are in flight", async
     relay.receiver.script({ delayMs: 400, times: 6 });
     const eventIds = await Promise.all(Array.from({ length: 6 }, () => relay.notify()));
     for (const eventId of eventIds) {
-      await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        15_000,
-        "delivered",
-      );
+      await deliveryReaches(sql, eventId, "delivered");
     }
     assert.equal(relay.receiver.accepted().length, 6);
     assert.equal(relay.receiver.maxInFlight(), 2, "the bound was reached and never exceeded");

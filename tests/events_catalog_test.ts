@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
+import { STOREB_SUBSCRIPTION_EVENTS } from "./helpers/catalog.ts";
 
 const SUBSCRIPTION = {
   originalTransactionId: "2000000100",
@@ -96,27 +97,7 @@ Deno.test("store A: products, refunds, tests and unknown types", () => {
 });
 
 Deno.test("store B: every subscription type, in Google's numbering", () => {
-  const rows: [number, string][] = [
-    [1, "subscription.recovered"],
-    [2, "subscription.renewed"],
-    [3, "subscription.canceled"],
-    [4, "subscription.purchased"],
-    [5, "subscription.on_hold"],
-    [6, "subscription.in_grace_period"],
-    [7, "subscription.uncanceled"],
-    [8, "subscription.price_increase"],
-    [9, "subscription.extended"],
-    [10, "subscription.paused"],
-    [11, "subscription.pause_schedule_changed"],
-    [12, "subscription.revoked"],
-    [13, "subscription.expired"],
-    [17, "subscription.product_changed"],
-    [18, "subscription.canceled"],
-    [19, "subscription.price_increase"],
-    [20, "subscription.pending_purchase_canceled"],
-    [22, "subscription.price_increase"],
-  ];
-  for (const [notificationType, event] of rows) {
+  for (const [notificationType, event] of STOREB_SUBSCRIPTION_EVENTS) {
     const entry = classifyStoreb({
       version: "1.0",
       packageName: "com.example.app",

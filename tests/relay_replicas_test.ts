@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { databaseOf, ENGINE, runCli, startService, stopAndDrop } from "./helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "./helpers/fixtures.ts";
-import { deliveryOf, eventually, postJson } from "./helpers/relay.ts";
+import { deliveryReaches, eventually, postJson } from "./helpers/relay.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
 import { StoreaSigner } from "../src/simulators/storea_signer.ts";
 import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
@@ -140,14 +140,7 @@ Deno.test("a process killed right after a 200 still has its event delivered", as
     restarted = await startService({ env, db });
     const sql = databaseOf(restarted);
     try {
-      const row = await eventually(
-        async () => {
-          const found = await deliveryOf(sql, eventId);
-          return found?.status === "delivered" ? found : undefined;
-        },
-        20_000,
-        "delivered after the restart",
-      );
+      const row = await deliveryReaches(sql, eventId, "delivered", 20_000);
       assert.equal(row.last_response_code, 200);
     } finally {
       await sql.end();

@@ -5,13 +5,15 @@
  */
 import assert from "node:assert/strict";
 import { databaseOf, startService, stopAndDrop } from "./helpers/service.ts";
+import { STOREB_SUBSCRIPTION_EVENTS } from "./helpers/catalog.ts";
 import { storebCredentialArgs, writeServiceAccountFile } from "./helpers/fixtures.ts";
 import {
   assertError,
   assertReceipt,
+  assertSignedDelivery,
   cliOk,
   createTenantWithCallback,
-  deliveryOf,
+  deliveryReaches,
   eventually,
   type JsonAnswer,
   postJson,
@@ -34,21 +36,6 @@ const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
 /** The verifier's default refetch cooldown (src/storeb/push_token.ts). */
 const JWKS_COOLDOWN_MS = 30_000;
 
-/** The delivery body keys, in the order of spec 2.9. */
-const DELIVERY_KEYS = [
-  "event",
-  "reason",
-  "platformEvent",
-  "eventId",
-  "externalId",
-  "timestamp",
-  "tenantId",
-  "source",
-  "subject",
-  "data",
-  "raw",
-];
-
 /** One store B row of decisions.md 8 and what its delivery must say. */
 interface CatalogCase {
   name: string;
@@ -69,25 +56,8 @@ function purchaseToken(label: string): string {
 }
 
 /** The subscription types of decisions.md 8 (Google's numbering) and an unknown one. */
-const SUBSCRIPTION_EVENTS: [number, string][] = [
-  [1, "subscription.recovered"],
-  [2, "subscription.renewed"],
-  [3, "subscription.canceled"],
-  [4, "subscription.purchased"],
-  [5, "subscription.on_hold"],
-  [6, "subscription.in_grace_period"],
-  [7, "subscription.uncanceled"],
-  [8, "subscription.price_increase"],
-  [9, "subscription.extended"],
-  [10, "subscription.paused"],
-  [11, "subscription.pause_schedule_changed"],
-  [12, "subscription.revoked"],
-  [13, "subscription.expired"],
-  [17, "subscription.product_changed"],
-  [18, "subscription.canceled"],
-  [19, "subscription.price_increase"],
-  [20, "subscription.pending_purchase_canceled"],
-  [22, "subscription.price_increase"],
+const SUBSCRIPTION_EVENTS: (readonly [number, string])[] = [
+  ...STOREB_SUBSCRIPTION_EVENTS,
   [99, "unknown"],
 ];
 
@@ -243,23 +213,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
         enqueuedDelivery: true,
       });
       const [delivery] = await receiver.waitFor(1);
-      assert.equal(delivery.signatureValid, true);
-      assert.equal(delivery.method, "POST");
-      const h = delivery.headers;
-      assert.equal(h["content-type"], "application/json");
-      assert.equal(h["user-agent"], "purchase-relay/dev");
-      assert.equal(h["x-service-event"], "subscription.renewed");
-      assert.equal(h["x-service-event-id"], eventId);
-      assert.equal(h["x-service-version"], "dev");
-      assert.match(h["x-service-timestamp"], /^\d{10}$/);
-      assert.ok(Math.abs(Number(h["x-service-timestamp"]) - Date.now() / 1000) < 30);
-      assert.match(
-        h["x-service-signature"],
-        new RegExp(`^t=${h["x-service-timestamp"]},v1=[0-9a-f]{64}$`),
-      );
-      // deno-lint-ignore no-explicit-any
-      const body = delivery.json as any;
-      assert.deepEqual(Object.keys(body), DELIVERY_KEYS);
+      const body = assertSignedDelivery(delivery, { event: "subscription.renewed", eventId });
       assert.equal(body.event, "subscription.renewed");
       assert.equal(body.reason, null);
       assert.equal(body.platformEvent, "storeb.subscription.2");
@@ -278,10 +232,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
       assert.deepEqual(body.data, notification);
       // raw: the push envelope exactly as posted.
       assert.deepEqual(body.raw, envelope);
-      const row = await eventually(async () => {
-        const found = await deliveryOf(sql, eventId);
-        return found?.status === "delivered" ? found : undefined;
-      });
+      const row = await deliveryReaches(sql, eventId, "delivered");
       assert.equal(row.last_response_code, 200);
       assert.equal(row.last_response_body, '{"ok":true}');
     });

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import type postgres from "postgres";
 import type { RunningService } from "./service.ts";
+import type { ReceivedDelivery } from "../../src/simulators/callback_receiver.ts";
 
 /** An HTTP answer with its JSON body. */
 export interface JsonAnswer {
@@ -104,4 +105,71 @@ export async function deliveryOf(
 ): Promise<any> {
   const [row] = await sql`SELECT * FROM deliveries WHERE event_id = ${eventId}`;
   return row;
+}
+
+/**
+ * Waits until the delivery of `eventId` is in `status` and returns its row; fails after
+ * `timeoutMs`.
+ */
+export async function deliveryReaches(
+  sql: postgres.Sql,
+  eventId: string,
+  status: "pending" | "delivered" | "failed",
+  timeoutMs = 15_000,
+  // deno-lint-ignore no-explicit-any
+): Promise<any> {
+  return await eventually(
+    async () => {
+      const row = await deliveryOf(sql, eventId);
+      return row?.status === status ? row : undefined;
+    },
+    timeoutMs,
+    `delivery of ${eventId} ${status}`,
+  );
+}
+
+/** The keys of a delivery body, in the order of spec 2.9. */
+export const DELIVERY_KEYS = [
+  "event",
+  "reason",
+  "platformEvent",
+  "eventId",
+  "externalId",
+  "timestamp",
+  "tenantId",
+  "source",
+  "subject",
+  "data",
+  "raw",
+];
+
+/**
+ * Asserts what every delivery carries (spec 4.7, decisions.md 9): a valid signature over the
+ * body, the headers, and the body's keys. Returns the parsed body.
+ */
+export function assertSignedDelivery(
+  delivery: ReceivedDelivery,
+  expected: { event: string; eventId: string },
+  // deno-lint-ignore no-explicit-any
+): any {
+  assert.equal(delivery.signatureValid, true);
+  assert.equal(delivery.method, "POST");
+  const h = delivery.headers;
+  assert.equal(h["content-type"], "application/json");
+  assert.equal(h["user-agent"], "purchase-relay/dev");
+  assert.equal(h["x-service-event"], expected.event);
+  assert.equal(h["x-service-event-id"], expected.eventId);
+  assert.equal(h["x-service-version"], "dev");
+  assert.match(h["x-service-timestamp"], /^\d{10}$/);
+  assert.ok(Math.abs(Number(h["x-service-timestamp"]) - Date.now() / 1000) < 30);
+  assert.match(
+    h["x-service-signature"],
+    new RegExp(`^t=${h["x-service-timestamp"]},v1=[0-9a-f]{64}$`),
+  );
+  // deno-lint-ignore no-explicit-any
+  const body = delivery.json as any;
+  assert.deepEqual(Object.keys(body), DELIVERY_KEYS);
+  assert.equal(body.event, expected.event);
+  assert.equal(body.eventId, expected.eventId);
+  return body;
 }
