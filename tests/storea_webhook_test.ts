@@ -146,10 +146,8 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
       });
       const [delivery] = await receiver.waitFor(1);
       const body = assertSignedDelivery(delivery, { event: "subscription.renewed", eventId });
-      assert.equal(body.event, "subscription.renewed");
       assert.equal(body.reason, null);
       assert.equal(body.platformEvent, "storea.did_renew");
-      assert.equal(body.eventId, eventId);
       assert.equal(body.externalId, payload.notificationUUID);
       assert.ok(Math.abs(Date.parse(body.timestamp) - Date.now()) < 30_000);
       assert.equal(new Date(body.timestamp).toISOString(), body.timestamp);

@@ -214,10 +214,8 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
       });
       const [delivery] = await receiver.waitFor(1);
       const body = assertSignedDelivery(delivery, { event: "subscription.renewed", eventId });
-      assert.equal(body.event, "subscription.renewed");
       assert.equal(body.reason, null);
       assert.equal(body.platformEvent, "storeb.subscription.2");
-      assert.equal(body.eventId, eventId);
       assert.equal(body.externalId, envelope.message.messageId);
       assert.ok(Math.abs(Date.parse(body.timestamp) - Date.now()) < 30_000);
       assert.equal(new Date(body.timestamp).toISOString(), body.timestamp);
