@@ -28,7 +28,7 @@ import { StoreaTokenSigner } from "./storea/api_token.ts";
 import { StoreaVerifier } from "./storea/verify.ts";
 import { SingleFlight } from "./single_flight.ts";
 import { ValidationAudit } from "./audit/validation_audit.ts";
-import { findTenant } from "./db/tenants.ts";
+import { findTenant, type Tenant } from "./db/tenants.ts";
 import { ingestNotification } from "./events/ingest.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -38,7 +38,7 @@ import { PushTokenVerifier } from "./storeb/push_token.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
-/** Credential changes reach the verify path within this time. */
+/** Credential and tenant changes reach the verify and receive paths within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
 
 /** Runs the service; resolves when it has shut down. */
@@ -76,6 +76,8 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     });
     authenticator.start();
     const credentials = new TtlCache<TenantCredentials>(CREDENTIALS_TTL_MS);
+    // Receivers look tenants up on every notification; activation takes effect within the TTL.
+    const tenants = new TtlCache<Tenant | null>(CREDENTIALS_TTL_MS);
     const credentialsOf = (tenantId: string) =>
       credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId));
     const verifyDeps = {
@@ -92,7 +94,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     dispatcher = await startDispatcher(db, box, config, log, sweeps.signal);
     const receiverDeps = {
       log,
-      findTenant: (tenantId: string) => findTenant(db.sql, tenantId),
+      findTenant: (tenantId: string) => tenants.get(tenantId, () => findTenant(db.sql, tenantId)),
       credentialsOf,
       ingest: ingestNotification.bind(null, db.sql),
       onEnqueued: () => dispatcher?.kick(),

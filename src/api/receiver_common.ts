@@ -9,7 +9,7 @@ import type { Logger } from "../log.ts";
 /** What the receivers need. */
 export interface ReceiverDeps {
   log: Logger;
-  /** The tenant, read from the database (no cache: activation must take effect at once). */
+  /** The tenant, or null when unknown (cached briefly by the caller). */
   findTenant: (tenantId: string) => Promise<Tenant | null>;
   /** The tenant's store credentials (cached briefly by the caller). */
   credentialsOf: (tenantId: string) => Promise<TenantCredentials>;
