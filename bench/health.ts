@@ -12,32 +12,33 @@
  *
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/health.ts
  *
- * It needs `wrk` (`apt-get install wrk`) and `taskset` (util-linux). Imported, it exports
+ * Flags: `--json` also prints every figure as JSON, `--duration S` and `--warmup S` change the
+ * length of the runs (10 s and 3 s), `--keep-temp` keeps the temporary directories (logs, service
+ * data). It needs `wrk` (`apt-get install wrk`) and `taskset` (util-linux). Imported, it exports
  * {@linkcode runHealthBenchmark}, which returns the figures, and {@linkcode formatHealthTable}.
  * @module
  */
+import { parseArgs } from "node:util";
 import {
-  busyBeforeRun,
-  checkTools,
-  describeMachine,
-  freePort,
+  beginRun,
+  exitWithError,
+  LOAD_FLAGS,
   type LoadOptions,
+  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
-  MissingToolError,
   parseWrk,
+  pct,
+  productionServiceEnv,
   type Progress,
-  randomEncryptionKey,
   readMemory,
-  ROOT,
   runWrk,
   scanStdout,
   type Server,
-  spawnPinned,
+  startBaseline,
   startService,
   stop,
-  waitUntil,
   watchCpu,
   writeProgress,
   type WrkFigures,
@@ -100,9 +101,7 @@ export async function runHealthBenchmark(
 ): Promise<HealthBenchmarkResult> {
   const settings = loadSettings(options);
   const progress = options.progress ?? writeProgress;
-  const wrkVersion = await checkTools();
-  const startedAt = new Date().toISOString();
-  const busyBefore = await busyBeforeRun(settings, progress);
+  const { startedAt, machine } = await beginRun(settings, progress);
 
   const bare = await measure(
     "bare Deno.serve",
@@ -130,7 +129,7 @@ export async function runHealthBenchmark(
   return {
     endpoint: "GET /health",
     startedAt,
-    machine: describeMachine(wrkVersion, busyBefore),
+    machine,
     settings,
     bare,
     service,
@@ -164,9 +163,7 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
   const { goal, ratio, service } = result;
   const mark = (met: boolean) => (met ? "met" : "NOT met");
   return [
-    `- req/s at least ${(goal.minRatio * 100).toFixed(0)}% of bare: ${(ratio * 100).toFixed(0)}%, ${
-      mark(goal.ratioMet)
-    }`,
+    `- req/s at least ${pct(goal.minRatio)} of bare: ${pct(ratio)}, ${mark(goal.ratioMet)}`,
     `- peak RSS under ${goal.maxRssMb} MB: ${service.rssMb.toFixed(1)} MB, ${mark(goal.rssMet)}`,
   ].join("\n");
 }
@@ -216,10 +213,10 @@ async function measure(
       } req/s, p50 ${result.p50Ms} ms, p99 ${result.p99Ms} ms, peak RSS ${
         result.rssMb.toFixed(1)
       } MB, server CPU ${result.serverCpuCores.toFixed(2)} cores (core ${settings.serverCore} ${
-        (result.serverCoreBusy * 100).toFixed(0)
-      }% busy, core ${settings.loadCore} ${
-        (result.loadCoreBusy * 100).toFixed(0)
-      }% busy), ${result.httpRequestLogLines} http_request lines (${
+        pct(result.serverCoreBusy)
+      } busy, core ${settings.loadCore} ${
+        pct(result.loadCoreBusy)
+      } busy), ${result.httpRequestLogLines} http_request lines (${
         (result.stdoutBytes / 1e6).toFixed(1)
       } MB)`,
     );
@@ -233,41 +230,14 @@ async function measure(
   }
 }
 
-const startBareTarget: Starter = async (tmp, settings) => {
-  const port = freePort();
-  const server = spawnPinned({
-    core: settings.serverCore,
-    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/bench/bare_health_server.ts`],
-    env: { PORT: String(port), HOST: "127.0.0.1" },
-    stdoutPath: `${tmp}/bare.out`,
-    stderrPath: `${tmp}/bare.err`,
-  });
-  server.url = `http://127.0.0.1:${port}`;
-  await waitUntil(server, async () => {
-    try {
-      const response = await fetch(`${server.url}/health`);
-      await response.body?.cancel();
-      return response.ok;
-    } catch {
-      return false;
-    }
-  });
-  return server;
-};
+const startBareTarget: Starter = (tmp, settings) =>
+  startBaseline("bench/bare_health_server.ts", `${tmp}/`, { core: settings.serverCore });
 
-const startServiceTarget: Starter = async (tmp, settings) => {
-  const dataDir = `${tmp}/data`;
-  await Deno.mkdir(dataDir);
-  return await startService(`${tmp}/`, {
+const startServiceTarget: Starter = async (tmp, settings) =>
+  await startService(`${tmp}/`, {
     core: settings.serverCore,
-    env: {
-      DATA_DIR: dataDir,
-      NODE_ENV: "production",
-      ENCRYPTION_KEY: randomEncryptionKey(),
-      LOG_LEVEL: "info",
-    },
+    env: await productionServiceEnv(tmp),
   });
-};
 
 async function checkHealthResponse(url: string): Promise<void> {
   const response = await fetch(`${url}/health`);
@@ -285,28 +255,22 @@ async function loadHealth(
   seconds: number,
   latency: boolean,
 ): Promise<WrkFigures> {
-  const report = await runWrk(`${url}/health`, {
-    core: settings.loadCore,
-    threads: settings.threads,
-    connections: settings.connections,
-    seconds,
-    latency,
-  });
+  const report = await runWrk(`${url}/health`, settings, { seconds, latency });
   return parseWrk(report, latency);
 }
 
 // --- main ----------------------------------------------------------------------------------------
 
 if (import.meta.main) {
+  const { values } = parseArgs({ args: Deno.args, options: LOAD_FLAGS });
   try {
-    const result = await runHealthBenchmark();
+    const result = await runHealthBenchmark(loadOptionsFromFlags(values));
     console.log(`## GET /health\n`);
     console.log(formatHealthTable(result));
     console.log();
     console.log(formatHealthGoal(result));
-    if (Deno.args.includes("--json")) console.log(`\n${JSON.stringify(result, null, 2)}`);
+    if (values.json) console.log(`\n${JSON.stringify(result, null, 2)}`);
   } catch (error) {
-    console.error(error instanceof MissingToolError ? error.message : error);
-    Deno.exit(1);
+    exitWithError(error);
   }
 }

@@ -47,32 +47,38 @@
 import { parseArgs } from "node:util";
 import postgres from "postgres";
 import {
-  busyBeforeRun,
-  checkTools,
-  describeMachine,
-  freePort,
-  inheritedEnv,
+  beginRun,
+  checkAnswer,
+  cpuSeconds,
+  createDatabase,
+  exitWithError,
+  formatComparisonTable,
+  LOAD_FLAGS,
+  type LoadMeasurement,
   type LoadOptions,
+  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
-  MissingToolError,
+  measureLoad,
+  numberFlag,
   parseWrk,
   pct,
-  randomEncryptionKey,
+  productionServiceEnv,
   readMemory,
-  ROOT,
+  runCli,
   runWrk,
-  sampleRss,
   type Server,
-  SERVICE_PERMISSIONS,
+  setStoreaCredentials,
   spawnPinned,
+  startBaseline,
   startService,
   stop,
+  STOREA_BUNDLE_ID,
+  STOREA_KEY_ID,
   waitForLine,
-  waitUntil,
-  watchCpu,
   writeProgress,
+  writeStoreaKey,
   type WrkFigures,
 } from "./support.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
@@ -230,16 +236,12 @@ export class RelayRunError extends Error {
   }
 }
 
-const BUNDLE_ID = "com.example.app";
-const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
-const KEY_ID = "ABC123DEFG";
 /** What every right receipt holds: a new event whose delivery was enqueued. */
 const RECEIPT_MARKER = '"isNew":true,"enqueuedDelivery":true';
 /** The sink's delivery path. */
 const SINK_PATH = "/hooks";
 /** Notifications signed at the same time while preparing the bodies. */
 const SIGNING_BATCH = 100;
-const decoder = new TextDecoder();
 
 /**
  * Runs the benchmark: signs the notifications, measures the baseline, then the service, waits
@@ -263,21 +265,16 @@ export async function runRelayBenchmark(
     throw new Error("notifications must be a multiple of threads");
   }
   const progress = options.progress ?? writeProgress;
-  const wrkVersion = await checkTools();
-  const startedAt = new Date().toISOString();
-  const busyBefore = await busyBeforeRun(settings, progress);
+  const { startedAt, machine } = await beginRun(settings, progress);
 
   const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-relay-" });
-  const database = await createDatabase(
-    options.databaseUrl ?? Deno.env.get("BENCH_DATABASE_URL") ??
-      "postgres://postgres@127.0.0.1:5432/postgres",
-  );
+  const database = await createDatabase(options.databaseUrl);
   let sink: Server | undefined;
   let sql: postgres.Sql | undefined;
   try {
     progress(`temporary database ${database.name}, temp dir ${tmp}`);
     const pki = await createStoreaTestPki();
-    const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
+    const signer = new StoreaSigner(pki, { bundleId: STOREA_BUNDLE_ID });
     progress(`signing ${settings.notifications} notifications (3 JWS each)`);
     const bodies = await writeNotificationBodies(signer, settings, `${tmp}/bodies-`);
     const checkBody = await signedNotificationBody(signer);
@@ -289,18 +286,13 @@ export async function runRelayBenchmark(
 
     const secret = `whsec_${crypto.randomUUID().replaceAll("-", "")}`;
     sink = await startSink(tmp, settings, secret);
-    const serviceEnv = {
+    const serviceEnv = await productionServiceEnv(tmp, {
       DATABASE_URL: database.url,
-      DATA_DIR: `${tmp}/data`,
-      NODE_ENV: "production",
-      ENCRYPTION_KEY: randomEncryptionKey(),
-      LOG_LEVEL: "info",
       CALLBACK_ALLOW_INSECURE: "true",
       STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, `${tmp}/storea-root.pem`),
-    };
-    await Deno.mkdir(serviceEnv.DATA_DIR);
+    });
     const tenantId = await createTenant(serviceEnv, {
-      storeaKeyFile: await writeStoreaKey(`${tmp}/AuthKey_${KEY_ID}.p8`),
+      storeaKeyFile: await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`),
       callbackUrl: `${sink.url}${SINK_PATH}`,
       secret,
     });
@@ -313,10 +305,12 @@ export async function runRelayBenchmark(
 
     // The baseline first: it sends the same bodies, and duplicates do not matter to it.
     progress("bare receiver: starting");
-    const bareServer = await startBare(tmp, settings);
+    const bareServer = await startBaseline("bench/bare_receiver.ts", `${tmp}/`, {
+      core: settings.serverCore,
+    });
     let bare: ReceiverResult;
     try {
-      await checkAnswer(bareServer.url, path, checkBody);
+      await checkAnswer(`${bareServer.url}${path}`, { body: checkBody, marker: RECEIPT_MARKER });
       progress(`bare receiver: pid ${bareServer.pid}, warming up ${settings.warmupSeconds} s`);
       const warmup = await runLoad(bareServer.url, load, settings.warmupSeconds, 0);
       progress(`bare receiver: measuring ${settings.durationSeconds} s`);
@@ -332,7 +326,7 @@ export async function runRelayBenchmark(
     let serviceResult: ReceiverResult;
     let delivery: DeliveryResult;
     try {
-      await checkAnswer(service.url, path, checkBody);
+      await checkAnswer(`${service.url}${path}`, { body: checkBody, marker: RECEIPT_MARKER });
       progress(
         `purchase-relay: pid ${service.pid} on ${service.url}, warming up ${settings.warmupSeconds} s`,
       );
@@ -361,7 +355,7 @@ export async function runRelayBenchmark(
         end,
         complete,
         lag: await queueLag(sql),
-        answeredNew: 1 + warmup.checkedGood + timed.checkedGood,
+        answeredNew: 1 + warmup.checkedGood + timed.load.checkedGood,
       });
       progress(describeDelivery(delivery));
     } finally {
@@ -370,7 +364,7 @@ export async function runRelayBenchmark(
     const serviceLog = await scanServiceLog(service.stdoutPath);
     const result: RelayBenchmarkResult = {
       startedAt,
-      machine: describeMachine(wrkVersion, busyBefore),
+      machine,
       settings,
       setup: bodies,
       bare,
@@ -394,17 +388,8 @@ export async function runRelayBenchmark(
 
 /** The markdown table of the two servers. */
 export function formatRelayTable(result: RelayBenchmarkResult): string {
-  const row = (target: ReceiverResult, rps: string, p99: string) =>
-    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
-      target.p99Ms.toFixed(2)
-    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
-  return [
-    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    // Three decimals: the service's share of the baseline's req/s is around 1%.
-    row(result.bare, "1.000", "1.00"),
-    row(result.service, result.rpsRatio.toFixed(3), result.p99Ratio.toFixed(2)),
-  ].join("\n");
+  // Three decimals: the service's share of the baseline's req/s is around 1%.
+  return formatComparisonTable(result, { rpsRatioDigits: 3 });
 }
 
 /** The deliveries, the CPU and the log, one line each. */
@@ -504,15 +489,6 @@ interface LoadRun extends WrkFigures {
   firstWrong: string | null;
 }
 
-/** A measured wrk run with the server's CPU, memory and the cores' use. */
-interface MeasuredRun extends LoadRun {
-  rssSamplesKb: number[];
-  hwmKb: number;
-  serverCpuSeconds: number;
-  serverCoreBusy: number;
-  loadCoreBusy: number;
-}
-
 /**
  * The wrk script. Thread `t` of `T` reads its own bodies file, `bodies-t.txt` (line `k` is
  * notification `t + k*T`), on its first request, so reading it delays its first request and not
@@ -606,10 +582,7 @@ async function runLoad(
   base: number,
 ): Promise<LoadRun> {
   const { settings } = spec;
-  const text = await runWrk(url, {
-    core: settings.loadCore,
-    threads: settings.threads,
-    connections: settings.connections,
+  const text = await runWrk(url, settings, {
     seconds,
     latency: true,
     script: spec.script,
@@ -635,30 +608,26 @@ async function runLoad(
 }
 
 /** The measured run, with the server's CPU time, RSS samples and the cores' use. */
-async function measureRun(server: Server, spec: LoadSpec, base: number): Promise<MeasuredRun> {
+function measureRun(
+  server: Server,
+  spec: LoadSpec,
+  base: number,
+): Promise<LoadMeasurement<LoadRun>> {
   const { settings } = spec;
-  const cpu = await watchCpu([server.pid], settings);
-  const sampling = sampleRss(server.pid);
-  const run = await runLoad(server.url, spec, settings.durationSeconds, base).finally(() =>
-    sampling.stop()
-  );
-  const { seconds: [serverCpuSeconds], busy } = await cpu.end();
-  return {
-    ...run,
-    rssSamplesKb: await sampling.samplesKb,
-    hwmKb: (await readMemory(server.pid)).hwmKb,
-    serverCpuSeconds,
-    serverCoreBusy: busy.serverCore,
-    loadCoreBusy: busy.loadCore,
-  };
+  return measureLoad(() => runLoad(server.url, spec, settings.durationSeconds, base), {
+    pids: [server.pid],
+    cores: settings,
+  });
 }
 
 function receiverResult(
   name: string,
   settings: RelaySettings,
   warmup: LoadRun,
-  timed: MeasuredRun,
+  measured: LoadMeasurement<LoadRun>,
 ): ReceiverResult {
+  const timed = measured.load;
+  const [serverCpuSeconds] = measured.cpuSeconds;
   return {
     name,
     requestsPerSecond: timed.requestsPerSecond,
@@ -672,13 +641,13 @@ function receiverResult(
     warmupBad: warmup.checkedBad + warmup.non2xx + warmup.socketErrors,
     wrapped: warmup.wrapped + timed.wrapped,
     firstWrong: warmup.firstWrong ?? timed.firstWrong,
-    peakRssMb: Math.max(...timed.rssSamplesKb) / 1024,
-    hwmMb: timed.hwmKb / 1024,
-    rssSamplesMb: timed.rssSamplesKb.map((kb) => Math.round(kb / 102.4) / 10),
-    serverCpuCores: timed.serverCpuSeconds / settings.durationSeconds,
-    cpuPerRequestUs: timed.requests > 0 ? timed.serverCpuSeconds / timed.requests * 1e6 : NaN,
-    serverCoreBusy: timed.serverCoreBusy,
-    loadCoreBusy: timed.loadCoreBusy,
+    peakRssMb: measured.peakRssMb,
+    hwmMb: measured.hwmMb,
+    rssSamplesMb: measured.rssSamplesMb,
+    serverCpuCores: serverCpuSeconds / settings.durationSeconds,
+    cpuPerRequestUs: timed.requests > 0 ? serverCpuSeconds / timed.requests * 1e6 : NaN,
+    serverCoreBusy: measured.busy.serverCore,
+    loadCoreBusy: measured.busy.loadCore,
   };
 }
 
@@ -693,42 +662,7 @@ function describeReceiver(result: ReceiverResult, settings: RelaySettings): stri
     `errors${result.firstWrong === null ? "" : `; first wrong answer: ${result.firstWrong}`}`;
 }
 
-/** One notification through the server, checked as the wrk script checks every answer. */
-async function checkAnswer(url: string, path: string, body: string): Promise<void> {
-  const response = await fetch(`${url}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body,
-  });
-  const text = await response.text();
-  if (response.status !== 200 || !text.includes(RECEIPT_MARKER)) {
-    throw new Error(`${url}${path} answered ${response.status}: ${text.slice(0, 500)}`);
-  }
-}
-
 // --- servers -------------------------------------------------------------------------------------
-
-async function startBare(tmp: string, settings: RelaySettings): Promise<Server> {
-  const port = freePort();
-  const server = spawnPinned({
-    core: settings.serverCore,
-    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/bench/bare_receiver.ts`],
-    env: { PORT: String(port), HOST: "127.0.0.1" },
-    stdoutPath: `${tmp}/bare.out`,
-    stderrPath: `${tmp}/bare.err`,
-  });
-  server.url = `http://127.0.0.1:${port}`;
-  await waitUntil(server, async () => {
-    try {
-      const response = await fetch(server.url);
-      await response.body?.cancel();
-      return true;
-    } catch {
-      return false;
-    }
-  });
-  return server;
-}
 
 /** Starts the sink (this module, `sink`) on the load core; it prints its port once listening. */
 async function startSink(tmp: string, settings: RelaySettings, secret: string): Promise<Server> {
@@ -826,8 +760,9 @@ async function relayCounters(
   sinkUrl: string,
   pids: RelayPids,
 ): Promise<RelayCounters> {
+  // A backend that has closed since it was listed reads 0 seconds; cpuBetween then counts it 0.
   const [service, sink, ...postgres] = await Promise.all(
-    [pids.service, pids.sink, ...pids.postgres].map(processCpuSeconds),
+    [pids.service, pids.sink, ...pids.postgres].map((pid) => cpuSeconds(pid).catch(() => 0)),
   );
   return {
     at: Date.now(),
@@ -992,19 +927,6 @@ async function postgresBackends(sql: postgres.Sql): Promise<number[]> {
   return rows.map((row) => Number(row.pid));
 }
 
-/** User and system CPU seconds of `pid` (0 once it is gone), read with `cat` as support.ts does. */
-async function processCpuSeconds(pid: number): Promise<number> {
-  const output = await new Deno.Command("cat", {
-    args: [`/proc/${pid}/stat`],
-    stdout: "piped",
-    stderr: "null",
-  }).output();
-  if (!output.success) return 0;
-  const stat = decoder.decode(output.stdout);
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
 /** Counts the service's log lines by `msg`, and its warnings and errors. */
 async function scanServiceLog(path: string): Promise<ServiceLog> {
   const scan: ServiceLog = {
@@ -1090,37 +1012,7 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
   return problems;
 }
 
-// --- database and tenant -------------------------------------------------------------------------
-
-interface TemporaryDatabase {
-  name: string;
-  url: string;
-  drop(): Promise<void>;
-}
-
-async function createDatabase(adminUrl: string): Promise<TemporaryDatabase> {
-  const name = `pr_bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
-  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-  try {
-    await admin.unsafe(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return {
-    name,
-    url: url.toString(),
-    async drop() {
-      const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-      try {
-        await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await admin.end();
-      }
-    },
-  };
-}
+// --- tenant -------------------------------------------------------------------------------------
 
 /** Migrates, then makes a tenant with the callback and store A credentials through the CLI. */
 async function createTenant(
@@ -1139,59 +1031,8 @@ async function createTenant(
     tenant.secret,
   ], env);
   const tenantId = String(created.id);
-  await runCli([
-    "storea",
-    "set-credentials",
-    tenantId,
-    "--bundle-id",
-    BUNDLE_ID,
-    "--key-id",
-    KEY_ID,
-    "--issuer-id",
-    ISSUER_ID,
-    "--private-key-file",
-    tenant.storeaKeyFile,
-  ], env);
+  await setStoreaCredentials(env, { tenantId, keyFile: tenant.storeaKeyFile });
   return tenantId;
-}
-
-async function runCli(
-  args: string[],
-  env: Record<string, string>,
-): Promise<Record<string, unknown>> {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      ...SERVICE_PERMISSIONS,
-      `--allow-write=${env.DATA_DIR}`,
-      `${ROOT}/main.ts`,
-      ...args,
-    ],
-    cwd: ROOT,
-    env: { ...inheritedEnv(), ...env },
-    clearEnv: true,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!output.success) {
-    throw new Error(`main.ts ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
-  }
-  return JSON.parse(decoder.decode(output.stdout));
-}
-
-/** A new EC P-256 key in PKCS#8 PEM: the tenant's App Store Connect key, never used here. */
-async function writeStoreaKey(path: string): Promise<string> {
-  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
-    "sign",
-    "verify",
-  ]);
-  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
-  const base64 = der.toBase64().match(/.{1,64}/g)!.join("\n");
-  await Deno.writeTextFile(
-    path,
-    `-----BEGIN PRIVATE KEY-----\n${base64}\n-----END PRIVATE KEY-----\n`,
-  );
-  return path;
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -1200,16 +1041,8 @@ if (import.meta.main) {
   const { values, positionals } = parseArgs({
     args: Deno.args,
     allowPositionals: true,
-    options: {
-      json: { type: "boolean", default: false },
-      "keep-temp": { type: "boolean", default: false },
-      duration: { type: "string" },
-      warmup: { type: "string" },
-      notifications: { type: "string" },
-      drain: { type: "string" },
-    },
+    options: { ...LOAD_FLAGS, notifications: { type: "string" }, drain: { type: "string" } },
   });
-  const number = (text: string | undefined) => (text === undefined ? undefined : Number(text));
   const print = (result: RelayBenchmarkResult) => {
     console.log("## POST /v1/webhooks/storea/:tenantId\n");
     console.log(formatRelayTable(result));
@@ -1223,17 +1056,14 @@ if (import.meta.main) {
     try {
       print(
         await runRelayBenchmark({
-          durationSeconds: number(values.duration),
-          warmupSeconds: number(values.warmup),
-          notifications: number(values.notifications),
-          drainSeconds: number(values.drain),
-          keepTemp: values["keep-temp"],
+          ...loadOptionsFromFlags(values),
+          notifications: numberFlag(values.notifications),
+          drainSeconds: numberFlag(values.drain),
         }),
       );
     } catch (error) {
       if (error instanceof RelayRunError) print(error.result);
-      console.error(error instanceof MissingToolError ? error.message : error);
-      Deno.exit(1);
+      exitWithError(error);
     }
   }
 }

@@ -1,12 +1,16 @@
 /**
- * What the load benchmarks (`bench/health.ts`, `bench/verify.ts`) share: starting a `deno` server
- * pinned to one core and stopping it, reading its memory and CPU time and each core's busy time
- * from `/proc`, and running `wrk` pinned to another core and reading its report.
+ * What the load benchmarks (`bench/health.ts`, `bench/verify.ts`, `bench/relay.ts`) share: their
+ * flags and options; starting a `deno` server (the service or a baseline) pinned to one core and
+ * stopping it; a temporary PostgreSQL database and a tenant's store A credentials made through the
+ * CLI; reading a process's memory and CPU time and each core's busy time from `/proc`, also while
+ * a load runs; running `wrk` pinned to another core and reading its report; and the table that
+ * sets a server beside its baseline.
  *
  * Deno refuses to read `/proc/<pid>/` without `--allow-all`, so the `/proc` readings go through
  * `cat` and `readlink`.
  * @module
  */
+import postgres from "postgres";
 
 /** The repository root, which children run in and take their scripts from. */
 export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(
@@ -62,6 +66,38 @@ export function loadSettings(options: LoadOptions): LoadSettings {
     serverCore: options.serverCore ?? 0,
     loadCore: options.loadCore ?? 1,
   };
+}
+
+/**
+ * The flags every load benchmark takes, as `parseArgs` of `node:util` wants them: `--json` (also
+ * print every figure as JSON), `--keep-temp`, `--duration S` and `--warmup S`.
+ */
+export const LOAD_FLAGS = {
+  json: { type: "boolean", default: false },
+  "keep-temp": { type: "boolean", default: false },
+  duration: { type: "string" },
+  warmup: { type: "string" },
+} as const;
+
+/** The values `parseArgs` reads for the {@linkcode LOAD_FLAGS}. */
+export interface LoadFlagValues {
+  duration?: string;
+  warmup?: string;
+  "keep-temp"?: boolean;
+}
+
+/** The {@linkcode LoadOptions} the {@linkcode LOAD_FLAGS} give; what is not given stays default. */
+export function loadOptionsFromFlags(values: LoadFlagValues): LoadOptions {
+  return {
+    durationSeconds: numberFlag(values.duration),
+    warmupSeconds: numberFlag(values.warmup),
+    keepTemp: values["keep-temp"],
+  };
+}
+
+/** A numeric flag's value, or undefined when the flag is not given. */
+export function numberFlag(text: string | undefined): number | undefined {
+  return text === undefined ? undefined : Number(text);
 }
 
 /** The default {@linkcode Progress}: one line on standard error. */
@@ -126,6 +162,24 @@ export function describeMachine(wrk: string, busyBefore: CoresBusy): Machine {
     wrk,
     busyBefore,
   };
+}
+
+/** When a run began, and on what machine. */
+export interface RunStart {
+  startedAt: string;
+  machine: Machine;
+}
+
+/**
+ * What every load benchmark does first: checks that its tools are installed
+ * ({@linkcode checkTools}), notes the time, then measures how busy the cores are for a second
+ * ({@linkcode busyBeforeRun}) and describes the machine.
+ */
+export async function beginRun(cores: Cores, progress: Progress): Promise<RunStart> {
+  const wrkVersion = await checkTools();
+  const startedAt = new Date().toISOString();
+  const busyBefore = await busyBeforeRun(cores, progress);
+  return { startedAt, machine: describeMachine(wrkVersion, busyBefore) };
 }
 
 // --- processes -----------------------------------------------------------------------------------
@@ -320,8 +374,122 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
   return server;
 }
 
+/**
+ * The service's environment as in production: `NODE_ENV=production`, `LOG_LEVEL=info` (one
+ * `http_request` line per request), a fresh `ENCRYPTION_KEY` and `DATA_DIR` `${dir}/data`, which
+ * it creates; `extra` on top.
+ */
+export async function productionServiceEnv(
+  dir: string,
+  extra: Record<string, string> = {},
+): Promise<Record<string, string>> {
+  const env = {
+    DATA_DIR: `${dir}/data`,
+    NODE_ENV: "production",
+    ENCRYPTION_KEY: randomEncryptionKey(),
+    LOG_LEVEL: "info",
+    ...extra,
+  };
+  await Deno.mkdir(env.DATA_DIR);
+  return env;
+}
+
+/** Options of {@linkcode startBaseline}. */
+export interface BaselineOptions {
+  /** The core it runs on. */
+  core: number;
+  /** Its environment besides `PORT` and `HOST`. */
+  env?: Record<string, string>;
+}
+
+/**
+ * Starts a baseline server, `script` (a path from the repository root, e.g.
+ * `bench/bare_receiver.ts`) run with `--allow-net=127.0.0.1 --allow-env`, on a loopback port that
+ * was free; resolves once it answers any request. Its stdout and stderr go to `${prefix}bare.out`
+ * and `${prefix}bare.err`.
+ */
+export async function startBaseline(
+  script: string,
+  prefix: string,
+  options: BaselineOptions,
+): Promise<Server> {
+  const port = freePort();
+  const server = spawnPinned({
+    core: options.core,
+    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/${script}`],
+    env: { ...options.env, PORT: String(port), HOST: "127.0.0.1" },
+    stdoutPath: `${prefix}bare.out`,
+    stderrPath: `${prefix}bare.err`,
+  });
+  server.url = `http://127.0.0.1:${port}`;
+  await waitUntil(server, async () => {
+    try {
+      const response = await fetch(server.url);
+      await response.body?.cancel();
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  return server;
+}
+
+/** A request of {@linkcode checkAnswer}. */
+export interface CheckedRequest {
+  /** Headers besides `content-type: application/json`. */
+  headers?: Record<string, string>;
+  /** The JSON body. */
+  body: string;
+  /** What the body of every right answer holds. */
+  marker: string;
+}
+
+/**
+ * POSTs one request to `url` as a benchmark's wrk script sends it, before any timing, and checks
+ * the answer as the script checks every answer: status 200 and `marker` in the body.
+ */
+export async function checkAnswer(url: string, request: CheckedRequest): Promise<void> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { ...request.headers, "content-type": "application/json" },
+    body: request.body,
+  });
+  const text = await response.text();
+  if (response.status !== 200 || !text.includes(request.marker)) {
+    throw new Error(`${url} answered ${response.status}: ${text.slice(0, 500)}`);
+  }
+}
+
+/**
+ * Runs the CLI (`main.ts ARGS`) as the service runs, writing only to `env.DATA_DIR`; returns what
+ * it prints, parsed as JSON. Throws with its stderr if it fails.
+ */
+export async function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      ...SERVICE_PERMISSIONS,
+      `--allow-write=${env.DATA_DIR}`,
+      `${ROOT}/main.ts`,
+      ...args,
+    ],
+    cwd: ROOT,
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!output.success) {
+    throw new Error(`main.ts ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
+  }
+  return JSON.parse(decoder.decode(output.stdout));
+}
+
 /** A fresh `ENCRYPTION_KEY` for the service: 32 random bytes in base64. */
-export function randomEncryptionKey(): string {
+function randomEncryptionKey(): string {
   return btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))));
 }
 
@@ -346,6 +514,94 @@ async function run(command: string, args: string[]): Promise<string> {
     throw new Error(`${command} ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
   }
   return decoder.decode(output.stdout);
+}
+
+// --- database and tenant ------------------------------------------------------------------------
+
+/** A PostgreSQL database made for one run by {@linkcode createDatabase}. */
+export interface TemporaryDatabase {
+  /** `pr_bench_` and 16 random hex digits. */
+  name: string;
+  /** Where to connect to it, as the admin URL's user. */
+  url: string;
+  /** Drops it, closing any connection still open to it. */
+  drop(): Promise<void>;
+}
+
+/**
+ * Creates a database with a fresh name on the PostgreSQL server of `adminUrl`: by default
+ * `BENCH_DATABASE_URL`, or `postgres://postgres@127.0.0.1:5432/postgres`.
+ */
+export async function createDatabase(
+  adminUrl: string = Deno.env.get("BENCH_DATABASE_URL") ??
+    "postgres://postgres@127.0.0.1:5432/postgres",
+): Promise<TemporaryDatabase> {
+  const name = `pr_bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return {
+    name,
+    url: url.toString(),
+    async drop() {
+      const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      try {
+        await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      } finally {
+        await admin.end();
+      }
+    },
+  };
+}
+
+/** The bench tenant's App Store app (`--bundle-id`). */
+export const STOREA_BUNDLE_ID = "com.example.app";
+/** The issuer of the bench tenant's App Store Connect key (`--issuer-id`). */
+export const STOREA_ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
+/** The id of the bench tenant's App Store Connect key (`--key-id`). */
+export const STOREA_KEY_ID = "ABC123DEFG";
+
+/** A new EC P-256 key in PKCS#8 PEM at `path`, as App Store Connect hands out `.p8` files. */
+export async function writeStoreaKey(path: string): Promise<string> {
+  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
+    "sign",
+    "verify",
+  ]);
+  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
+  const base64 = der.toBase64().match(/.{1,64}/g)!.join("\n");
+  await Deno.writeTextFile(
+    path,
+    `-----BEGIN PRIVATE KEY-----\n${base64}\n-----END PRIVATE KEY-----\n`,
+  );
+  return path;
+}
+
+/**
+ * Gives the tenant store A credentials through the CLI ({@linkcode runCli} with `env`): the
+ * `STOREA_*` ids above and the key in `keyFile` (see {@linkcode writeStoreaKey}).
+ */
+export async function setStoreaCredentials(
+  env: Record<string, string>,
+  tenant: { tenantId: string; keyFile: string },
+): Promise<void> {
+  await runCli([
+    "storea",
+    "set-credentials",
+    tenant.tenantId,
+    "--bundle-id",
+    STOREA_BUNDLE_ID,
+    "--key-id",
+    STOREA_KEY_ID,
+    "--issuer-id",
+    STOREA_ISSUER_ID,
+    "--private-key-file",
+    tenant.keyFile,
+  ], env);
 }
 
 // --- /proc ---------------------------------------------------------------------------------------
@@ -393,7 +649,7 @@ export function sampleRss(pid: number): RssSampling {
 }
 
 /** User and system CPU time of `pid`, in seconds (clock ticks of 1/100 s on Linux). */
-async function cpuSeconds(pid: number): Promise<number> {
+export async function cpuSeconds(pid: number): Promise<number> {
   const stat = await run("cat", [`/proc/${pid}/stat`]);
   // Fields after the command name, which is in parentheses and may hold spaces.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
@@ -465,6 +721,54 @@ export async function watchCpu(pids: number[], cores: Cores): Promise<CpuWatch> 
   };
 }
 
+/** What {@linkcode measureLoad} measured while its load ran. */
+export interface LoadMeasurement<T> {
+  /** What the load returned, e.g. wrk's figures. */
+  load: T;
+  /** CPU seconds each process used, in the order of the pids given. */
+  cpuSeconds: number[];
+  /** How busy the two cores were, whoever used them. */
+  busy: CoresBusy;
+  /** VmRSS of the first pid, sampled every 250 ms, in MiB to one decimal: growth or a plateau. */
+  rssSamplesMb: number[];
+  /** The largest of those samples, in MiB. */
+  peakRssMb: number;
+  /** VmHWM of the first pid (peak since it started, boot included) once the load ended, in MiB. */
+  hwmMb: number;
+}
+
+/** Options of {@linkcode measureLoad}. */
+export interface MeasureOptions {
+  /** The processes whose CPU time is measured; the first, the server, also has its RSS sampled. */
+  pids: number[];
+  cores: Cores;
+}
+
+/**
+ * Runs `load` (a measured wrk run) while measuring the CPU time of `options.pids` and the cores'
+ * use ({@linkcode watchCpu}) and sampling the server's VmRSS ({@linkcode sampleRss}).
+ */
+export async function measureLoad<T>(
+  load: () => Promise<T>,
+  options: MeasureOptions,
+): Promise<LoadMeasurement<T>> {
+  const [server] = options.pids;
+  const cpu = await watchCpu(options.pids, options.cores);
+  const sampling = sampleRss(server);
+  const result = await load().finally(() => sampling.stop());
+  const { seconds, busy } = await cpu.end();
+  const rssSamplesKb = await sampling.samplesKb;
+  const memory = await readMemory(server);
+  return {
+    load: result,
+    cpuSeconds: seconds,
+    busy,
+    rssSamplesMb: rssSamplesKb.map((kb) => Math.round(kb / 102.4) / 10),
+    peakRssMb: Math.max(...rssSamplesKb) / 1024,
+    hwmMb: memory.hwmKb / 1024,
+  };
+}
+
 /** What {@linkcode scanStdout} finds in a service's stdout file. */
 export interface StdoutScan {
   bytes: number;
@@ -503,6 +807,12 @@ export class MissingToolError extends Error {
   }
 }
 
+/** Says why a benchmark failed on standard error (a missing tool: how to install it) and exits 1. */
+export function exitWithError(error: unknown): never {
+  console.error(error instanceof MissingToolError ? error.message : error);
+  Deno.exit(1);
+}
+
 /** Checks that `wrk` and `taskset` are installed; returns wrk's version. */
 export async function checkTools(): Promise<string> {
   let version = "unknown";
@@ -531,10 +841,6 @@ export async function checkTools(): Promise<string> {
 
 /** Options of {@linkcode runWrk}. */
 export interface WrkOptions {
-  /** The core wrk runs on. */
-  core: number;
-  threads: number;
-  connections: number;
   /** Length of the run. */
   seconds: number;
   /** Report the latency distribution (`--latency`). */
@@ -545,14 +851,21 @@ export interface WrkOptions {
   scriptArgs?: string[];
 }
 
-/** Runs wrk against `url`, pinned to `options.core`; returns its report as it printed it. */
-export async function runWrk(url: string, options: WrkOptions): Promise<string> {
+/**
+ * Runs wrk against `url` with the threads and connections of `settings`, pinned to its
+ * `loadCore`; returns its report as it printed it.
+ */
+export async function runWrk(
+  url: string,
+  settings: LoadSettings,
+  options: WrkOptions,
+): Promise<string> {
   const args = [
     "-c",
-    String(options.core),
+    String(settings.loadCore),
     "wrk",
-    `-t${options.threads}`,
-    `-c${options.connections}`,
+    `-t${settings.threads}`,
+    `-c${settings.connections}`,
     `-d${options.seconds}s`,
     ...(options.latency ? ["--latency"] : []),
     ...(options.script === undefined ? [] : ["-s", options.script]),
@@ -605,4 +918,47 @@ export function parseWrk(text: string, latency = true): WrkFigures {
     non2xx: Number(/Non-2xx or 3xx responses: (\d+)/.exec(text)?.[1] ?? 0),
     socketErrors: socket ? socket.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0,
   };
+}
+
+// --- tables --------------------------------------------------------------------------------------
+
+/** A server's row in {@linkcode formatComparisonTable}. */
+export interface ComparedServer extends WrkFigures {
+  name: string;
+  /** The largest VmRSS sampled during the measured run, in MiB. */
+  peakRssMb: number;
+}
+
+/** The service measured beside its baseline, as `bench/verify.ts` and `bench/relay.ts` report it. */
+export interface Comparison {
+  bare: ComparedServer;
+  service: ComparedServer;
+  /** service req/s divided by baseline req/s. */
+  rpsRatio: number;
+  /** service p99 divided by baseline p99. */
+  p99Ratio: number;
+}
+
+/** Options of {@linkcode formatComparisonTable}. */
+export interface ComparisonTableOptions {
+  /** Decimals of the req/s ratio column; 2 by default. */
+  rpsRatioDigits?: number;
+}
+
+/** The markdown table of the baseline and the service, with the service's ratios to it. */
+export function formatComparisonTable(
+  comparison: Comparison,
+  options: ComparisonTableOptions = {},
+): string {
+  const digits = options.rpsRatioDigits ?? 2;
+  const row = (target: ComparedServer, rps: string, p99: string) =>
+    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
+      target.p99Ms.toFixed(2)
+    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
+  return [
+    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    row(comparison.bare, (1).toFixed(digits), "1.00"),
+    row(comparison.service, comparison.rpsRatio.toFixed(digits), comparison.p99Ratio.toFixed(2)),
+  ].join("\n");
 }

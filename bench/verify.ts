@@ -32,36 +32,39 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import postgres from "postgres";
 import { importPKCS8, SignJWT } from "jose";
 import {
-  busyBeforeRun,
-  checkTools,
-  describeMachine,
-  freePort,
-  inheritedEnv,
+  beginRun,
+  checkAnswer,
+  createDatabase,
+  exitWithError,
+  formatComparisonTable,
+  LOAD_FLAGS,
   type LoadOptions,
+  loadOptionsFromFlags,
   loadSettings,
   type Machine,
-  MissingToolError,
+  measureLoad,
   parseWrk,
   pct,
+  productionServiceEnv,
   type Progress,
-  randomEncryptionKey,
-  readMemory,
   ROOT,
+  runCli,
   runWrk,
-  sampleRss,
   scanStdout,
   type Server,
-  SERVICE_PERMISSIONS,
+  setStoreaCredentials,
   spawnPinned,
+  startBaseline,
   startService,
   stop,
+  STOREA_BUNDLE_ID,
+  STOREA_ISSUER_ID,
+  STOREA_KEY_ID,
   waitForLine,
-  waitUntil,
-  watchCpu,
   writeProgress,
+  writeStoreaKey,
   type WrkFigures,
 } from "./support.ts";
 import {
@@ -159,13 +162,9 @@ export class WrongAnswersError extends Error {
   }
 }
 
-const BUNDLE_ID = "com.example.app";
 const PACKAGE_NAME = "com.example.app";
-const ISSUER_ID = "57246542-96fe-1a63-e053-0824d011072a";
-const KEY_ID = "ABC123DEFG";
 /** Far above what one tenant can send here: the rate limiter must not be what is measured. */
 const RATE_LIMIT = "1000000";
-const decoder = new TextDecoder();
 
 type Settings = VerifyBenchmarkResult["settings"];
 
@@ -178,30 +177,20 @@ export async function runVerifyBenchmark(
     transactions: options.transactions ?? 20_000,
   };
   const progress = options.progress ?? writeProgress;
-  const wrkVersion = await checkTools();
-  const startedAt = new Date().toISOString();
-  const busyBefore = await busyBeforeRun(settings, progress);
+  const { startedAt, machine } = await beginRun(settings, progress);
 
   const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-verify-" });
-  const database = await createDatabase(
-    options.databaseUrl ?? Deno.env.get("BENCH_DATABASE_URL") ??
-      "postgres://postgres@127.0.0.1:5432/postgres",
-  );
+  const database = await createDatabase(options.databaseUrl);
   try {
     progress(`temporary database ${database.name}, temp dir ${tmp}`);
-    const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${KEY_ID}.p8`);
+    const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`);
     const storebAccountFile = `${tmp}/service-account.json`;
     await Deno.writeTextFile(storebAccountFile, (await createServiceAccount()).json);
-    const serviceEnv = {
+    const serviceEnv = await productionServiceEnv(tmp, {
       DATABASE_URL: database.url,
-      DATA_DIR: `${tmp}/data`,
-      NODE_ENV: "production",
-      ENCRYPTION_KEY: randomEncryptionKey(),
-      LOG_LEVEL: "info",
       RATE_LIMIT_PER_SECOND: RATE_LIMIT,
       RATE_LIMIT_BURST: RATE_LIMIT,
-    };
-    await Deno.mkdir(serviceEnv.DATA_DIR);
+    });
     const tenant = await createTenant(serviceEnv, { storeaKeyFile, storebAccountFile });
     progress(`tenant ${tenant.tenantId} with store A and store B credentials`);
 
@@ -226,12 +215,7 @@ export async function runVerifyBenchmark(
     if (failures.length > 0) {
       throw new WrongAnswersError(`wrong answers under load:\n${failures.join("\n")}`);
     }
-    return {
-      startedAt,
-      machine: describeMachine(wrkVersion, busyBefore),
-      settings,
-      stores,
-    };
+    return { startedAt, machine, settings, stores };
   } finally {
     await database.drop();
     if (!options.keepTemp) await Deno.remove(tmp, { recursive: true }).catch(() => {});
@@ -240,16 +224,7 @@ export async function runVerifyBenchmark(
 
 /** The markdown table of one store's result. */
 export function formatVerifyTable(result: StoreVerifyResult): string {
-  const row = (target: VerifyTargetResult, rps: string, p99: string) =>
-    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
-      target.p99Ms.toFixed(2)
-    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
-  return [
-    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    row(result.bare, "1.00", "1.00"),
-    row(result.service, result.rpsRatio.toFixed(2), result.p99Ratio.toFixed(2)),
-  ].join("\n");
+  return formatComparisonTable(result);
 }
 
 /** One line per goal, saying whether it is met, then where the CPU went. */
@@ -324,11 +299,11 @@ function storeaSpec(tmp: string, keyFile: string): StoreSpec {
       "--key-file",
       keyFile,
       "--issuer-id",
-      ISSUER_ID,
+      STOREA_ISSUER_ID,
       "--key-id",
-      KEY_ID,
+      STOREA_KEY_ID,
       "--bundle-id",
-      BUNDLE_ID,
+      STOREA_BUNDLE_ID,
     ],
     bareEnv: async (ready) => ({
       STOREA_URL: (ready as StoreaUpstreamReady).productionUrl,
@@ -412,7 +387,12 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
       marker,
       script,
       upstreamPid: upstream.pid,
-      check: (url) => checkAnswer(url, spec, context.apiKey, marker),
+      check: (url) =>
+        checkAnswer(`${url}${spec.path}`, {
+          headers: { authorization: `Bearer ${context.apiKey}` },
+          body: `${spec.bodyPrefix}${upstreamId(spec.ids, 0)}${spec.bodySuffix}`,
+          marker,
+        }),
     });
     const bareEnv = await spec.bareEnv(ready);
     // Each process writes its own files: a later run must not find an earlier "listening" line.
@@ -420,7 +400,15 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
     const bare = await measure(
       settings,
       progress,
-      target("bare proxy", () => startBare(prefix, settings, bareEnv), spec.bareMarker),
+      target(
+        "bare proxy",
+        () =>
+          startBaseline("bench/bare_verify_proxy.ts", prefix, {
+            core: settings.serverCore,
+            env: bareEnv,
+          }),
+        spec.bareMarker,
+      ),
     );
     const service = await measure(
       settings,
@@ -441,31 +429,13 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
   }
 }
 
-/** One request as a client sends it, checked as the wrk script checks every answer. */
-async function checkAnswer(
-  url: string,
-  spec: StoreSpec,
-  apiKey: string,
-  marker: string,
-): Promise<void> {
-  const response = await fetch(`${url}${spec.path}`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-    body: `${spec.bodyPrefix}${upstreamId(spec.ids, 0)}${spec.bodySuffix}`,
-  });
-  const body = await response.text();
-  if (response.status !== 200 || !body.includes(marker)) {
-    throw new Error(`${url}${spec.path} answered ${response.status}: ${body.slice(0, 500)}`);
-  }
-}
-
 /** An App Store Server API token as the service signs it, for the baseline to send. */
 async function signStoreaToken(keyFile: string): Promise<string> {
   const key = await importPKCS8(await Deno.readTextFile(keyFile), "ES256");
   const issuedAt = Math.floor(Date.now() / 1000) - 5;
-  return await new SignJWT({ bid: BUNDLE_ID })
-    .setProtectedHeader({ alg: "ES256", kid: KEY_ID, typ: "JWT" })
-    .setIssuer(ISSUER_ID)
+  return await new SignJWT({ bid: STOREA_BUNDLE_ID })
+    .setProtectedHeader({ alg: "ES256", kid: STOREA_KEY_ID, typ: "JWT" })
+    .setIssuer(STOREA_ISSUER_ID)
     .setIssuedAt(issuedAt)
     .setExpirationTime(issuedAt + 3600)
     .setAudience("appstoreconnect-v1")
@@ -498,21 +468,6 @@ async function fetchStorebAccessToken(accountFile: string, tokenUrl: string): Pr
   return body.access_token;
 }
 
-/** A new EC P-256 key in PKCS#8 PEM, as App Store Connect hands out `.p8` files. */
-async function writeStoreaKey(path: string): Promise<string> {
-  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
-    "sign",
-    "verify",
-  ]);
-  const der = new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey));
-  const base64 = btoa(String.fromCharCode(...der)).match(/.{1,64}/g)!.join("\n");
-  await Deno.writeTextFile(
-    path,
-    `-----BEGIN PRIVATE KEY-----\n${base64}\n-----END PRIVATE KEY-----\n`,
-  );
-  return path;
-}
-
 function summarize(
   store: StoreName,
   endpoint: string,
@@ -541,37 +496,7 @@ function summarize(
   };
 }
 
-// --- database and tenant -------------------------------------------------------------------------
-
-interface TemporaryDatabase {
-  name: string;
-  url: string;
-  drop(): Promise<void>;
-}
-
-async function createDatabase(adminUrl: string): Promise<TemporaryDatabase> {
-  const name = `pr_bench_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
-  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-  try {
-    await admin.unsafe(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return {
-    name,
-    url: url.toString(),
-    async drop() {
-      const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-      try {
-        await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await admin.end();
-      }
-    },
-  };
-}
+// --- tenant -------------------------------------------------------------------------------------
 
 /** Migrates, then makes a tenant, a live API key and both stores' credentials through the CLI. */
 async function createTenant(
@@ -582,19 +507,7 @@ async function createTenant(
   const tenant = await runCli(["tenant", "create", "--name", "Bench tenant"], env);
   const tenantId = String(tenant.id);
   const key = await runCli(["key", "create", tenantId, "--env", "live"], env);
-  await runCli([
-    "storea",
-    "set-credentials",
-    tenantId,
-    "--bundle-id",
-    BUNDLE_ID,
-    "--key-id",
-    KEY_ID,
-    "--issuer-id",
-    ISSUER_ID,
-    "--private-key-file",
-    files.storeaKeyFile,
-  ], env);
+  await setStoreaCredentials(env, { tenantId, keyFile: files.storeaKeyFile });
   await runCli([
     "storeb",
     "set-credentials",
@@ -607,30 +520,6 @@ async function createTenant(
     "https://relay.example.com/push",
   ], env);
   return { tenantId, apiKey: String(key.key) };
-}
-
-async function runCli(
-  args: string[],
-  env: Record<string, string>,
-): Promise<Record<string, unknown>> {
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      ...SERVICE_PERMISSIONS,
-      `--allow-write=${env.DATA_DIR}`,
-      `${ROOT}/main.ts`,
-      ...args,
-    ],
-    cwd: ROOT,
-    env: { ...inheritedEnv(), ...env },
-    clearEnv: true,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  if (!output.success) {
-    throw new Error(`main.ts ${args.join(" ")}: ${decoder.decode(output.stderr)}`);
-  }
-  return JSON.parse(decoder.decode(output.stdout));
 }
 
 // --- servers -------------------------------------------------------------------------------------
@@ -659,28 +548,26 @@ async function measure(
     progress(`${name}: pid ${server.pid} on ${server.url}, warming up ${settings.warmupSeconds} s`);
     await loadStore(server.url, target, settings, settings.warmupSeconds);
     progress(`${name}: measuring ${settings.durationSeconds} s`);
-    const cpu = await watchCpu([server.pid, target.upstreamPid], settings);
-    const sampling = sampleRss(server.pid);
-    const wrk = await loadStore(server.url, target, settings, settings.durationSeconds).finally(
-      () => sampling.stop(),
+    const url = server.url;
+    const measured = await measureLoad(
+      () => loadStore(url, target, settings, settings.durationSeconds),
+      { pids: [server.pid, target.upstreamPid], cores: settings },
     );
-    const { seconds: [serverCpu, upstreamCpu], busy } = await cpu.end();
-    const rssSamplesKb = await sampling.samplesKb;
-    const memory = await readMemory(server.pid);
+    const [serverCpu, upstreamCpu] = measured.cpuSeconds;
     const stdoutPath = server.stdoutPath;
     const isService = name !== "bare proxy";
     await stop(server);
     server = undefined;
     const result: VerifyTargetResult = {
       name,
-      ...wrk,
-      peakRssMb: Math.max(...rssSamplesKb) / 1024,
-      rssSamplesMb: rssSamplesKb.map((kb) => Math.round(kb / 102.4) / 10),
-      hwmMb: memory.hwmKb / 1024,
+      ...measured.load,
+      peakRssMb: measured.peakRssMb,
+      rssSamplesMb: measured.rssSamplesMb,
+      hwmMb: measured.hwmMb,
       serverCpuCores: serverCpu / settings.durationSeconds,
       upstreamCpuCores: upstreamCpu / settings.durationSeconds,
-      serverCoreBusy: busy.serverCore,
-      loadCoreBusy: busy.loadCore,
+      serverCoreBusy: measured.busy.serverCore,
+      loadCoreBusy: measured.busy.loadCore,
       httpRequestLogLines: isService ? (await scanStdout(stdoutPath)).httpRequestLines : null,
     };
     progress(
@@ -709,32 +596,6 @@ async function measure(
   } finally {
     if (server) await stop(server);
   }
-}
-
-async function startBare(
-  prefix: string,
-  settings: Settings,
-  env: Record<string, string>,
-): Promise<Server> {
-  const port = freePort();
-  const server = spawnPinned({
-    core: settings.serverCore,
-    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/bench/bare_verify_proxy.ts`],
-    env: { ...env, PORT: String(port), HOST: "127.0.0.1" },
-    stdoutPath: `${prefix}bare.out`,
-    stderrPath: `${prefix}bare.err`,
-  });
-  server.url = `http://127.0.0.1:${port}`;
-  await waitUntil(server, async () => {
-    try {
-      const response = await fetch(server.url);
-      await response.body?.cancel();
-      return true;
-    } catch {
-      return false;
-    }
-  });
-  return server;
 }
 
 /**
@@ -811,10 +672,7 @@ async function loadStore(
     // Otherwise the threads' residue classes overlap after a wrap and two could share an id.
     throw new Error("transactions must be a multiple of threads");
   }
-  const text = await runWrk(url, {
-    core: settings.loadCore,
-    threads: settings.threads,
-    connections: settings.connections,
+  const text = await runWrk(url, settings, {
     seconds,
     latency: true,
     script: target.script,
@@ -832,21 +690,9 @@ async function loadStore(
 // --- main ----------------------------------------------------------------------------------------
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      json: { type: "boolean", default: false },
-      "keep-temp": { type: "boolean", default: false },
-      duration: { type: "string" },
-      warmup: { type: "string" },
-    },
-  });
+  const { values } = parseArgs({ args: Deno.args, options: LOAD_FLAGS });
   try {
-    const result = await runVerifyBenchmark({
-      durationSeconds: values.duration === undefined ? undefined : Number(values.duration),
-      warmupSeconds: values.warmup === undefined ? undefined : Number(values.warmup),
-      keepTemp: values["keep-temp"],
-    });
+    const result = await runVerifyBenchmark(loadOptionsFromFlags(values));
     for (const store of result.stores) {
       console.log(`## ${store.endpoint}\n`);
       console.log(formatVerifyTable(store));
@@ -856,7 +702,6 @@ if (import.meta.main) {
     }
     if (values.json) console.log(JSON.stringify(result, null, 2));
   } catch (error) {
-    console.error(error instanceof MissingToolError ? error.message : error);
-    Deno.exit(1);
+    exitWithError(error);
   }
 }

@@ -1,6 +1,13 @@
 /** The pure helpers of support.ts with plain inputs, and scanStdout on a real file. */
 import assert from "node:assert/strict";
-import { loadSettings, parseWrk, pct, scanStdout } from "../bench/support.ts";
+import {
+  formatComparisonTable,
+  loadOptionsFromFlags,
+  loadSettings,
+  parseWrk,
+  pct,
+  scanStdout,
+} from "../bench/support.ts";
 
 const WRK_REPORT = `Running 10s test @ http://127.0.0.1:8080/health
   2 threads and 100 connections
@@ -46,6 +53,50 @@ Deno.test("loadSettings fills in the defaults and keeps what is given", () => {
     serverCore: 0,
     loadCore: 1,
   });
+});
+
+Deno.test("loadOptionsFromFlags reads the numbers and leaves what is not given undefined", () => {
+  assert.deepEqual(loadOptionsFromFlags({ duration: "2", "keep-temp": true }), {
+    durationSeconds: 2,
+    warmupSeconds: undefined,
+    keepTemp: true,
+  });
+});
+
+Deno.test("formatComparisonTable sets the service beside its baseline", () => {
+  const figures = { requests: 1, non2xx: 0, socketErrors: 0 };
+  const comparison = {
+    bare: { ...figures, name: "bare", requestsPerSecond: 1000, p50Ms: 1, p99Ms: 2, peakRssMb: 50 },
+    service: {
+      ...figures,
+      name: "service",
+      requestsPerSecond: 12.4,
+      p50Ms: 3.456,
+      p99Ms: 5,
+      peakRssMb: 80.26,
+    },
+    rpsRatio: 0.0124,
+    p99Ratio: 2.5,
+  };
+  const header = [
+    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  assert.equal(
+    formatComparisonTable(comparison),
+    [
+      ...header,
+      "| bare | 1000 | 1.00 | 2.00 | 50.0 | 1.00 | 1.00 |",
+      "| service | 12 | 3.46 | 5.00 | 80.3 | 0.01 | 2.50 |",
+    ].join("\n"),
+  );
+  assert.equal(
+    formatComparisonTable(comparison, { rpsRatioDigits: 3 }).split("\n").slice(2).join("\n"),
+    [
+      "| bare | 1000 | 1.00 | 2.00 | 50.0 | 1.000 | 1.00 |",
+      "| service | 12 | 3.46 | 5.00 | 80.3 | 0.012 | 2.50 |",
+    ].join("\n"),
+  );
 });
 
 Deno.test("pct rounds a share to a whole percentage", () => {
