@@ -155,6 +155,16 @@ Deno.test("store A verify through HTTP against the App Store simulator", async (
       assert.deepEqual(callsOf("203"), ["production:404", "sandbox:404"]);
     });
 
+    await t.step("ids that cannot be a URL path segment: 400 INVALID_REQUEST", async () => {
+      // "." and ".." would be resolved away, asking another path of the API, whose 404 came
+      // back as TRANSACTION_NOT_FOUND; an unpaired surrogate could not be encoded at all (500).
+      for (const transactionId of [".", "..", "\ud800", "1\udc00"]) {
+        const { status, json } = await auto.verify({ transactionId });
+        assert.equal(status, 400, JSON.stringify(json));
+        assert.equal(json.error, "INVALID_REQUEST");
+      }
+    });
+
     await t.step("the per-call environment overrides the tenant's automatic mode", async () => {
       await api.addTransaction(
         "sandbox",

@@ -301,6 +301,38 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
       assertError(await postJson(endpoint("tenant_nope"), {}), 400, "INVALID_REQUEST");
     });
 
+    await t.step("400 INVALID_REQUEST for a signed payload the database cannot hold", async () => {
+      const url = endpoint(tenantId);
+      const base = await signer.notificationPayload({
+        notificationType: "DID_RENEW",
+        transaction: transaction(),
+        appAppleId: APP_ID,
+      });
+      const expectInvalid = async (signedPayload: string, pattern: RegExp) => {
+        const answer = await postJson(url, { signedPayload });
+        assertError(answer, 400, "INVALID_REQUEST");
+        assert.match(answer.json.message, pattern);
+      };
+      // Text columns cannot hold U+0000: the insert used to fail with a 500.
+      await expectInvalid(
+        await signer.signNotification({ ...base, notificationUUID: "a\u0000b" }),
+        /NUL/,
+      );
+      await expectInvalid(
+        await signer.signNotification({ ...base, notificationType: "DID_\u0000RENEW" }),
+        /NUL/,
+      );
+      await expectInvalid(
+        await signer.signNotification({ ...base, notificationUUID: "\ud800" }),
+        /unpaired surrogate/,
+      );
+      // Parsed fine, but serializing it again overflowed the stack: a 500.
+      const deep = `{"deep":${"[".repeat(100_000)}${"]".repeat(100_000)},${
+        JSON.stringify(base).slice(1)
+      }`;
+      await expectInvalid(await signer.signRaw(new TextEncoder().encode(deep)), /deeper/);
+    });
+
     await t.step("404 TENANT_NOT_FOUND for an unknown or inactive tenant", async () => {
       const { payload: _, answer } = await notify(
         { notificationType: "TEST" },

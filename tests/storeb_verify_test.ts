@@ -239,6 +239,15 @@ Deno.test("storeb verify: every answer of spec 4.2 through a real service", asyn
       const dots = await verify(service, key, productRequest(".."));
       assert.equal(dots.status, 400);
       assert.equal(dots.body.error, "INVALID_REQUEST");
+      // An unpaired surrogate cannot be percent-encoded: it failed with a 500.
+      for (
+        const body of [productRequest("tok\ud800"), productRequest("tok", "coins\udc00")]
+      ) {
+        const odd = await verify(service, key, body);
+        assert.equal(odd.status, 400, JSON.stringify(odd.body));
+        assert.equal(odd.body.error, "INVALID_REQUEST");
+        assert.match(odd.body.message, /unpaired surrogate/);
+      }
     });
 
     await step("the access token is cached across requests", async () => {

@@ -464,6 +464,19 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
         "another app's packageName",
         /packageName/,
       );
+      // The message id is a text column, which cannot hold U+0000: the insert used to fail (500).
+      const nul = pushEnvelope(renewal(), { messageId: "1\u00002" });
+      await expectInvalid(nul, "a NUL in the message id", /NUL/);
+      // Deep JSON parsed fine, but serializing it again overflowed the stack: a 500.
+      const deep = `${"[".repeat(100_000)}${"]".repeat(100_000)}`;
+      const deepEnvelope = `{"deep":${deep},${JSON.stringify(pushEnvelope(renewal())).slice(1)}`;
+      await expectInvalid(deepEnvelope, "a deeply nested envelope", /deeper/);
+      const deepNotification = `{"deep":${deep},${JSON.stringify(renewal()).slice(1)}`;
+      await expectInvalid(
+        withData(new TextEncoder().encode(deepNotification).toBase64()),
+        "a deeply nested notification",
+        /deeper/,
+      );
       const tooLarge = await push(withData("A".repeat(1024 * 1024 + 4)));
       assertError(tooLarge, 400, "INVALID_REQUEST");
       assert.match(tooLarge.json.message, /exceeds/);

@@ -1,4 +1,5 @@
 /** What both notification receivers share: ingest and the receipt (spec 2.6). */
+import { invalidRequest } from "../errors.ts";
 import { jsonResponse } from "../http/server.ts";
 import type { RequestContext } from "../http/router.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
@@ -25,6 +26,15 @@ export async function receiptResponse(
   context: RequestContext,
   notification: VerifiedNotification,
 ): Promise<Response> {
+  // The external id and the platform event are text columns, which cannot hold U+0000 (the
+  // database refused them: a 500) nor keep an unpaired surrogate (two ids would become one).
+  // The payload is safe: JSON escapes both.
+  const columns = [["id", notification.externalId], ["type", notification.entry.platformEvent]];
+  for (const [what, value] of columns) {
+    if (value.includes("\u0000") || !value.isWellFormed()) {
+      throw invalidRequest(`the notification's ${what} holds a NUL or an unpaired surrogate`);
+    }
+  }
   const receipt = await deps.ingest(notification);
   if (receipt.enqueuedDelivery) deps.onEnqueued();
   deps.log.info("notification_received", {

@@ -6,13 +6,14 @@ import type { StoreaVerifier } from "../storea/verify.ts";
 import {
   admitVerifyRequest,
   domainFailureResponse,
+  pathSegmentField,
   runVerification,
   type VerifyDeps,
 } from "./verify_common.ts";
 
 /** The request body of spec 4.1; unknown fields are refused. */
 export const storeaVerifyRequest = z.strictObject({
-  transactionId: z.string().min(1).max(128),
+  transactionId: pathSegmentField(1, 128),
   environment: z.enum(["production", "sandbox"]).optional(),
 });
 

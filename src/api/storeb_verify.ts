@@ -6,15 +6,17 @@ import { jsonResponse } from "../http/server.ts";
 import {
   admitVerifyRequest,
   domainFailureResponse,
+  pathSegmentField,
   runVerification,
   type VerifyDeps,
 } from "./verify_common.ts";
 
 /** The request body of spec 4.2; unknown fields are refused. */
 export const storebVerifyRequest = z.strictObject({
+  // Checked against the tenant's package before it could reach a URL.
   packageName: z.string().min(1).max(200),
-  productId: z.string().min(1).max(200),
-  purchaseToken: z.string().min(1).max(4096),
+  productId: pathSegmentField(1, 200),
+  purchaseToken: pathSegmentField(1, 4096),
   type: z.enum(["subscription", "product"]),
 });
 

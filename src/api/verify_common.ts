@@ -2,7 +2,7 @@
  * The steps every verify endpoint takes before its store is asked, in the order of
  * decisions.md 6: API key (401) -> rate limit (429) -> body (400) -> credentials (400).
  */
-import type { z } from "zod";
+import { z } from "zod";
 import { ServiceError } from "../errors.ts";
 import { readValidatedBody, VERIFY_BODY_LIMIT } from "../http/body.ts";
 import { jsonResponse } from "../http/server.ts";
@@ -12,6 +12,17 @@ import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
 import type { SingleFlight } from "../single_flight.ts";
 import type { ValidationAudit } from "../audit/validation_audit.ts";
+
+/**
+ * A request field that becomes a path segment of the store's URL: `min` to `max` characters of
+ * well-formed Unicode. JSON can carry an unpaired surrogate (`"\ud800"`), which no URL can:
+ * percent-encoding it threw, and the request failed with a 500.
+ */
+export function pathSegmentField(min: number, max: number): z.ZodString {
+  return z.string().min(min).max(max).refine((value) => value.isWellFormed(), {
+    message: "must be well-formed Unicode (no unpaired surrogate)",
+  });
+}
 
 /** What the verify endpoints share. */
 export interface VerifyDeps {

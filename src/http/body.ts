@@ -10,6 +10,13 @@ export const VERIFY_BODY_LIMIT = 16 * 1024;
 /** Webhook receivers accept at most 1 MB (spec 8). */
 export const RECEIVER_BODY_LIMIT = 1024 * 1024;
 
+/**
+ * How deeply request JSON may nest. The stores send a few levels; a far deeper document (a
+ * 1 MB body holds 500,000 levels) parses, but overflows the stack when the service serializes
+ * it again to store it, which answered 500 rather than 400.
+ */
+export const MAX_JSON_DEPTH = 64;
+
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /** Parses the request body as JSON, enforcing the content type and `limit` bytes. */
@@ -36,11 +43,31 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   } catch {
     throw invalidRequest("the request body is not valid UTF-8");
   }
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     throw invalidRequest("the request body is not valid JSON");
   }
+  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+    throw invalidRequest(`the request body nests deeper than ${MAX_JSON_DEPTH} levels`, {
+      maxDepth: MAX_JSON_DEPTH,
+    });
+  }
+  return value;
+}
+
+/** Whether parsed JSON `value` nests arrays and objects more than `max` levels deep. */
+export function nestsDeeperThan(value: unknown, max: number): boolean {
+  // Iterative: the documents it looks for are too deep for recursion.
+  const pending: [node: unknown, depth: number][] = [[value, 0]];
+  while (pending.length > 0) {
+    const [node, depth] = pending.pop()!;
+    if (typeof node !== "object" || node === null) continue;
+    if (depth >= max) return true;
+    for (const child of Object.values(node)) pending.push([child, depth + 1]);
+  }
+  return false;
 }
 
 function isJsonMediaType(value: string): boolean {

@@ -5,6 +5,7 @@
  */
 import { invalidRequest, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
+import { MAX_JSON_DEPTH, nestsDeeperThan } from "../http/body.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
 
 /** A notification whose signatures all verified and which belongs to the tenant. */
@@ -21,7 +22,8 @@ export interface VerifiedStoreaNotification {
 /**
  * Verifies `signedPayload` for the tenant holding `credentials`.
  * @throws {ServiceError} 401 `SIGNATURE_INVALID` for a bad signature or another app's
- * notification; 400 `INVALID_REQUEST` for a signed payload without a notification UUID.
+ * notification; 400 `INVALID_REQUEST` for a signed payload without a notification UUID or
+ * nesting deeper than a request body may.
  */
 export async function verifyStoreaNotification(
   jws: StoreaJwsVerifier,
@@ -54,6 +56,10 @@ export async function verifyStoreaNotification(
     throw mismatch(`the notification's app id is not the tenant's (${credentials.appId})`);
   }
 
+  // Stored and delivered as `data`: as deep as a request body may be (see MAX_JSON_DEPTH).
+  if (nestsDeeperThan(payload, MAX_JSON_DEPTH)) {
+    throw invalidRequest(`the signed payload nests deeper than ${MAX_JSON_DEPTH} levels`);
+  }
   const uuid = payload.notificationUUID;
   if (typeof uuid !== "string" || uuid.length === 0 || uuid.length > 200) {
     throw invalidRequest("the signed payload has no notificationUUID");

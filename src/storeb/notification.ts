@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { invalidRequest } from "../errors.ts";
+import { MAX_JSON_DEPTH, nestsDeeperThan } from "../http/body.ts";
 
 /**
  * The push envelope. Unknown fields are kept (Pub/Sub adds some over time, e.g.
@@ -40,7 +41,7 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 /**
  * Decodes the developer notification of `envelope` and checks its package.
  * @throws {ServiceError} 400 `INVALID_REQUEST` when the data is not base64 JSON of a
- * notification, or names another package (decisions.md 7).
+ * notification, nests too deep, or names another package (decisions.md 7).
  */
 export function decodeStorebNotification(
   envelope: PushEnvelope,
@@ -56,6 +57,10 @@ export function decodeStorebNotification(
   }
   if (typeof notification !== "object" || notification === null || Array.isArray(notification)) {
     throw invalidRequest("message.data is not a developer notification object");
+  }
+  // Stored and delivered as `data`: as deep as a request body may be (see MAX_JSON_DEPTH).
+  if (nestsDeeperThan(notification, MAX_JSON_DEPTH)) {
+    throw invalidRequest(`message.data nests deeper than ${MAX_JSON_DEPTH} levels`);
   }
   const record = notification as Record<string, unknown>;
   if (typeof record.packageName !== "string") {
