@@ -7,6 +7,13 @@
  * connection's messages up to each Sync (or simple Query) as one unit under a lock, and keeps
  * the lock for that connection while it has a transaction open. Clients must not use named
  * prepared statements (`prepare: false`): the session, and so its statement names, is shared.
+ *
+ * A parameterised query outside a transaction takes the client two round trips (Parse, Describe
+ * and Flush, then Bind, Execute and Sync once it knows the parameter types). The lock is not
+ * kept between them: a client that is slow to send the second half would stop every other
+ * connection (npm:postgres sometimes never sends it on a connection opened under load). The
+ * server remembers the Parse instead and runs it again just before the Bind, hiding its second
+ * ParseComplete; the unnamed statement is the same text, so the result is the same.
  */
 import { PGlite } from "@electric-sql/pglite";
 import net from "node:net";
@@ -21,6 +28,10 @@ const MSG_QUERY = 0x51; // 'Q'
 const MSG_NOTIFICATION = 0x41; // 'A', backend NotificationResponse
 const MSG_FLUSH = 0x48; // 'H'
 const MSG_TERMINATE = 0x58; // 'X'
+const MSG_PARSE = 0x50; // 'P'
+const MSG_BIND = 0x42; // 'B'
+const MSG_DESCRIBE = 0x44; // 'D'
+const MSG_PARSE_COMPLETE = 0x31; // '1', backend ParseComplete
 /** A connection that holds a transaction open longer than this is cut, freeing the others. */
 const TRANSACTION_IDLE_LIMIT_MS = 30_000;
 
@@ -114,31 +125,41 @@ function serveConnection(
   let release: (() => void) | null = null;
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
   let work = Promise.resolve();
+  /** The Parse of a describe-first exchange, to run again before its Bind (see the module doc). */
+  let parseToRepeat: Uint8Array | null = null;
 
   const runUnit = (unit: Uint8Array[]) => {
     work = work.then(async () => {
       if (socket.destroyed) return;
       clearTimeout(idleTimer);
       release ??= await lock.acquire();
+      const repeated = parseToRepeat !== null && unit[0]?.[0] === MSG_BIND ? parseToRepeat : null;
+      parseToRepeat = null;
+      let midExchange = unit.at(-1)?.[0] === MSG_FLUSH;
       try {
-        for (const message of unit) {
+        for (const message of repeated ? [repeated, ...unit] : unit) {
           if (message[0] === MSG_TERMINATE) {
             socket.end();
             break;
           }
           const scanner = listeners.size > 0 ? new NotificationScanner(listeners) : null;
+          const hideParseComplete = message === repeated;
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
+              if (hideParseComplete && isParseCompleteOnly(data)) return;
               scanner?.push(data);
               if (!socket.destroyed) socket.write(data);
             },
           });
         }
+        if (midExchange && !db.isInTransaction() && isUnnamedDescribe(unit)) {
+          parseToRepeat = unit[0];
+          midExchange = false;
+        }
       } catch {
         socket.destroy();
       } finally {
-        // After a Flush the client reads a partial answer and continues the same exchange.
-        const midExchange = unit.at(-1)?.[0] === MSG_FLUSH;
+        // After any other Flush the client reads a partial answer and continues the exchange.
         if (socket.destroyed || (!midExchange && !db.isInTransaction())) {
           await endSession();
         } else {
@@ -250,6 +271,20 @@ class NotificationScanner {
     }
     this.#partial = data.slice(offset);
   }
+}
+
+/** Parse and Describe of the unnamed statement, then Flush: the first half of a describe-first query. */
+function isUnnamedDescribe(unit: Uint8Array[]): boolean {
+  if (unit.length !== 3) return false;
+  const [parse, describe] = unit;
+  // Parse: type, Int32 length, statement name (empty: one NUL byte), ...
+  // Describe: type, Int32 length, 'S', statement name (empty).
+  return parse[0] === MSG_PARSE && parse[5] === 0 &&
+    describe[0] === MSG_DESCRIBE && describe[5] === 0x53 && describe[6] === 0;
+}
+
+function isParseCompleteOnly(data: Uint8Array): boolean {
+  return data.length === 5 && data[0] === MSG_PARSE_COMPLETE;
 }
 
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
