@@ -140,6 +140,13 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     for (const [signal, handler] of signals) Deno.addSignalListener(signal, handler);
 
     const inFlight = new InFlight();
+    const handler = createRequestHandler({
+      router,
+      version: config.version,
+      log,
+      inFlight,
+      deadlineMs: requestDeadlineMs(config.upstreamTimeoutMs),
+    });
     server = Deno.serve({
       port: config.port,
       hostname: config.host,
@@ -152,7 +159,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
           "x-service-version": config.version,
         });
       },
-    }, createRequestHandler({ router, version: config.version, log, inFlight }));
+    }, handler);
     log.info("listening", {
       port: server.addr.transport === "tcp" ? server.addr.port : config.port,
       host: config.host,
@@ -301,4 +308,14 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
     timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * How long a request may take before it is answered 500: room for the longest legitimate path
+ * (store B: a token fetch, the call, and one retry with a fresh token, each bounded by
+ * `UPSTREAM_TIMEOUT`) plus the database, and no more, so an unanswering database cannot hold
+ * requests open.
+ */
+export function requestDeadlineMs(upstreamTimeoutMs: number): number {
+  return 3 * upstreamTimeoutMs + 5_000;
 }

@@ -13,6 +13,10 @@ import {
   writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
 
+import { createRequestHandler } from "../src/http/server.ts";
+import { Router } from "../src/http/router.ts";
+import { Logger } from "../src/log.ts";
+
 const REQ_ID = /^req_[0-9A-HJKMNP-TV-Z]{26}$/;
 
 function post(service: RunningService, path: string, init: {
@@ -165,6 +169,26 @@ Deno.test("verify routes: order of checks and body validation", async (t) => {
       });
     }
 
+    await t.step("JSON nested deeper than 64 levels is refused for its depth", async () => {
+      // Deeper documents parse, but serializing them again can overflow the stack.
+      const nested = (levels: number) =>
+        `{"transactionId":"1","x":${"[".repeat(levels - 1)}${"]".repeat(levels - 1)}}`;
+      const deep = await expectEnvelope(
+        await post(service, A, { key, body: nested(65) }),
+        400,
+        "INVALID_REQUEST",
+      );
+      assert.match(deep.message, /nests deeper than 64 levels/);
+      assert.deepEqual(deep.details, { maxDepth: 64 });
+      // At the limit the body is read, and refused for its unknown field.
+      const within = await expectEnvelope(
+        await post(service, A, { key, body: nested(64) }),
+        400,
+        "INVALID_REQUEST",
+      );
+      assert.doesNotMatch(within.message, /deeper/);
+    });
+
     await t.step("content type with charset is accepted", async () => {
       const response = await post(service, A, {
         key,
@@ -310,4 +334,28 @@ Deno.test("verify routes: order of checks and body validation", async (t) => {
   } finally {
     await stopAndDrop(service);
   }
+});
+
+Deno.test("pipeline: a handler that never answers gets a 500 envelope at the deadline", async () => {
+  const lines: string[] = [];
+  const handler = createRequestHandler({
+    router: new Router([
+      { method: "POST", pattern: "/stuck", handler: () => new Promise<Response>(() => {}) },
+      { method: "GET", pattern: "/fast", handler: () => Promise.resolve(new Response("{}")) },
+    ]),
+    version: "dev",
+    log: new Logger({ write: (bytes) => lines.push(new TextDecoder().decode(bytes)) }),
+    deadlineMs: 200,
+  });
+  const started = performance.now();
+  const response = await handler(new Request("http://local/stuck", { method: "POST" }));
+  const elapsed = performance.now() - started;
+  assert.ok(elapsed >= 190 && elapsed < 2_000, `answered after ${elapsed} ms`);
+  await expectEnvelope(response, 500, "INTERNAL_ERROR");
+  assert.equal((await handler(new Request("http://local/fast"))).status, 200);
+  await new Promise((resolve) => setTimeout(resolve, 10)); // the logger writes after the task
+  const failed = lines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l))
+    .find((l) => l.msg === "request_failed");
+  assert.equal(failed?.code, "INTERNAL_ERROR");
+  assert.match(failed?.errorMessage ?? "", /no answer within 200 ms/);
 });

@@ -79,11 +79,19 @@ export class Dispatcher {
     await this.#pump();
   }
 
-  /** Stops claiming and resolves when the attempts in flight have been recorded. */
+  /**
+   * Stops claiming and resolves when the attempts in flight have been recorded, or after
+   * `DELIVERY_TIMEOUT` + {@linkcode STOP_GRACE_MS} at most: an attempt still unrecorded then
+   * keeps its lease, and is sent again by whichever process claims it when the lease ends.
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
-    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+    const deadline = Date.now() + this.#options.timeoutMs + STOP_GRACE_MS;
+    while (this.#inFlight.size > 0 && Date.now() < deadline) {
+      await withDeadline(Promise.allSettled([...this.#inFlight]), deadline - Date.now())
+        .catch(() => {});
+    }
   }
 
   async #pump(): Promise<void> {
@@ -123,7 +131,9 @@ export class Dispatcher {
   }
 
   #start(delivery: ClaimedDelivery): void {
-    const attempt = this.#attempt(delivery).catch((error) => {
+    // An attempt that outlives its lease (a database call that never answers) gives up its
+    // slot: the delivery is claimed again when the lease ends, so the slot must not stay taken.
+    const attempt = withDeadline(this.#attempt(delivery), this.#leaseMs).catch((error) => {
       this.#options.log.error("delivery_attempt_failed", {
         deliveryId: delivery.id,
         ...this.#options.log.errorFields(error),
@@ -216,4 +226,16 @@ function noCallback(): AttemptResult {
     error: "the tenant has no callback URL",
     retryAfterMs: null,
   };
+}
+
+/** How long a stopping dispatcher waits beyond `DELIVERY_TIMEOUT` for attempts to be recorded. */
+export const STOP_GRACE_MS = 5_000;
+
+/** `work`, or a rejection once `ms` have passed without it settling. */
+function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`not finished within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }

@@ -16,6 +16,21 @@ export interface PipelineOptions {
   log: Logger;
   /** Tracks requests in flight for a graceful shutdown. */
   inFlight?: InFlight;
+  /**
+   * The longest a handler may take before the client gets a 500 `INTERNAL_ERROR`: a database
+   * that accepts connections but never answers must not hold requests (and a store's
+   * notification) open. Default: no limit.
+   */
+  deadlineMs?: number;
+}
+
+/** A handler that did not finish within the pipeline's deadline. */
+export class DeadlineExceededError extends Error {
+  readonly code = "DEADLINE_EXCEEDED";
+  constructor(ms: number) {
+    super(`no answer within ${ms} ms`);
+    this.name = "DeadlineExceededError";
+  }
 }
 
 /** A JSON response with the given status. */
@@ -64,7 +79,7 @@ export class InFlight {
 export function createRequestHandler(
   options: PipelineOptions,
 ): (request: Request) => Promise<Response> {
-  const { router, version, log, inFlight } = options;
+  const { router, version, log, inFlight, deadlineMs } = options;
 
   return async function handle(request: Request): Promise<Response> {
     inFlight?.enter();
@@ -84,7 +99,10 @@ export function createRequestHandler(
       const match = router.match(request.method, path);
       if (match.kind === "found") {
         context.params = match.params;
-        response = await match.handler(request, context);
+        const handled = match.handler(request, context);
+        response = deadlineMs === undefined || handled instanceof Response
+          ? await handled
+          : await within(handled, deadlineMs);
       } else if (match.kind === "method_not_allowed") {
         throw new ServiceError(
           "METHOD_NOT_ALLOWED",
@@ -136,6 +154,15 @@ function errorResponse(error: unknown, context: RequestContext, log: Logger): Re
     ...log.errorFields(error),
   });
   return internalErrorResponse(context.reqId);
+}
+
+/** `work`, or a {@linkcode DeadlineExceededError} once `ms` have passed; `work` runs on. */
+function within(work: Promise<Response>, ms: number): Promise<Response> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DeadlineExceededError(ms)), ms);
+  });
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
 /**
