@@ -155,6 +155,8 @@ export type LogLine = Record<string, any>;
 export interface RunningService {
   url: string;
   port: number;
+  /** The process id, e.g. to read its memory from `/proc`. */
+  pid: number;
   db: TestDatabase;
   env: Record<string, string>;
   /** Every JSON log line so far. */
@@ -269,6 +271,7 @@ export async function startService(options: StartOptions = {}): Promise<RunningS
   return {
     url: `http://127.0.0.1:${port}`,
     port,
+    pid: child.pid,
     db,
     env,
     logs,
