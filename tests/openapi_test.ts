@@ -1,0 +1,1231 @@
+/**
+ * `docs/openapi.yaml` against the real service. The document must be OpenAPI 3.1 and describe
+ * exactly the router's endpoints, the error codes of spec 4 and 7 and the event catalog; then a
+ * real service process answers a broad set of requests (through the store simulators, as the
+ * other end-to-end tests do) and its real deliveries are caught by the callback receiver. Every
+ * answer must have a documented status, the documented headers and a body that validates against
+ * the documented schema, with the document's `$ref`s resolved by ajv (JSON Schema 2020-12).
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { parse } from "yaml";
+import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
+import {
+  createTenantWithKey,
+  type RunningService,
+  startService,
+  stopAndDrop,
+} from "./helpers/service.ts";
+import {
+  storeaCredentialArgs,
+  storebCredentialArgs,
+  TEST_ISSUER_ID,
+  writeStoreaKeyFile,
+} from "./helpers/fixtures.ts";
+import { cliOk, createTenantWithCallback, DELIVERY_KEYS, eventually } from "./helpers/relay.ts";
+import { ERROR_STATUS } from "../src/errors.ts";
+import { RECEIVER_BODY_LIMIT, VERIFY_BODY_LIMIT } from "../src/http/body.ts";
+import { healthRoutes } from "../src/api/health.ts";
+import { type StoreaVerifyDeps, storeaVerifyRoute } from "../src/api/storea_verify.ts";
+import { type StorebVerifyDeps, storebVerifyRoute } from "../src/api/storeb_verify.ts";
+import { type StoreaWebhookDeps, storeaWebhookRoute } from "../src/api/storea_webhook.ts";
+import { type StorebWebhookDeps, storebWebhookRoute } from "../src/api/storeb_webhook.ts";
+import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
+import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import {
+  startStoreaApiSimulator,
+  STOREA_API_ERRORS,
+  storeaRateLimitedAnswer,
+} from "../src/simulators/storea_api.ts";
+import {
+  sampleProductPurchase,
+  sampleSubscriptionPurchase,
+  startStorebSimulator,
+} from "../src/simulators/storeb_play.ts";
+import { createServiceAccount } from "../src/simulators/service_account.ts";
+import {
+  oneTimeProductNotification,
+  pushEnvelope,
+  startPushTokenIssuer,
+  subscriptionNotification,
+  testNotification,
+  voidedPurchaseNotification,
+} from "../src/simulators/storeb_push.ts";
+import {
+  type ReceivedDelivery,
+  startCallbackReceiver,
+} from "../src/simulators/callback_receiver.ts";
+
+/** A node of the parsed document or of a JSON body. */
+// deno-lint-ignore no-explicit-any
+type Node = any;
+
+const DOC: Node = parse(
+  await Deno.readTextFile(new URL("../docs/openapi.yaml", import.meta.url)),
+);
+const METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+const BUNDLE_ID = "com.example.app"; // storeaCredentialArgs' bundle
+const PACKAGE = "com.example.app"; // storebCredentialArgs' package
+const AUDIENCE = "https://relay.example.com/push"; // storebCredentialArgs' push audience
+const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
+const OTHER_KEY = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
+
+/** The error codes of every operation and status, as spec 4 and 7 list them. */
+const SPEC_CODES: Record<string, Record<string, string[]>> = {
+  "POST /v1/storea/verify": {
+    "200": ["TRANSACTION_NOT_FOUND", "BUNDLE_ID_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["APPLE_API_ERROR"],
+  },
+  "POST /v1/storeb/verify": {
+    "200": ["PURCHASE_NOT_FOUND", "PACKAGE_NAME_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["GOOGLE_API_ERROR"],
+  },
+  "POST /v1/webhooks/storea/{tenantId}": {
+    "200": [],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["SIGNATURE_INVALID"],
+    "404": ["TENANT_NOT_FOUND"],
+    "500": ["INTERNAL_ERROR"],
+  },
+  "POST /v1/webhooks/storeb/{tenantId}": {
+    "200": [],
+    "400": ["INVALID_REQUEST"],
+    "401": ["UNAUTHENTICATED", "SIGNATURE_INVALID"],
+    "404": ["TENANT_NOT_FOUND"],
+    "500": ["INTERNAL_ERROR"],
+  },
+  "GET /health": { "200": [] },
+  "GET /ready": { "200": [], "503": [] },
+};
+
+// ---- the document: $refs, ajv ----
+
+/** The node a local `$ref` points at. */
+function pointer(ref: string): Node {
+  assert.ok(ref.startsWith("#/"), `only local $refs are used: ${ref}`);
+  let node = DOC;
+  for (const raw of ref.slice(2).split("/")) {
+    const key = raw.replaceAll("~1", "/").replaceAll("~0", "~");
+    assert.ok(node !== null && typeof node === "object" && key in node, `unresolved $ref ${ref}`);
+    node = node[key];
+  }
+  return node;
+}
+
+/** Follows `$ref`s of non-schema objects (responses, headers, parameters). */
+function deref(node: Node): Node {
+  for (let hops = 0; node !== null && typeof node === "object" && "$ref" in node; hops++) {
+    assert.ok(hops < 10, "a $ref cycle");
+    node = pointer(node.$ref);
+  }
+  return node;
+}
+
+/** Every `$ref` string in `node`, with where it was found. */
+function refsIn(node: Node, at = "#"): [string, string][] {
+  if (node === null || typeof node !== "object") return [];
+  const found: [string, string][] = [];
+  for (const [key, value] of Object.entries(node)) {
+    if (key === "$ref" && typeof value === "string") found.push([value, at]);
+    else found.push(...refsIn(value, `${at}/${key}`));
+  }
+  return found;
+}
+
+/** The component schemas are registered with ajv under this id, as `$defs`. */
+const SCHEMAS_ID = "urn:purchase-relay:openapi:schemas";
+
+/** A copy of `node` whose component `$ref`s point into the registered `$defs`. */
+function absoluteRefs(node: Node): Node {
+  if (Array.isArray(node)) return node.map(absoluteRefs);
+  if (node === null || typeof node !== "object") return node;
+  return Object.fromEntries(
+    Object.entries(node).map(([key, value]) => [
+      key,
+      key === "$ref" && typeof value === "string"
+        ? value.replace(/^#\/components\/schemas\//, `${SCHEMAS_ID}#/$defs/`)
+        : absoluteRefs(value),
+    ]),
+  );
+}
+
+/** RFC 3339 date-time, as OpenAPI's `format: date-time` means it. */
+function isDateTime(value: string): boolean {
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/.test(value) &&
+    !Number.isNaN(Date.parse(value));
+}
+
+// Strict: an unknown or misspelt keyword in the document fails the compile instead of being
+// ignored; the OpenAPI 3.1 schema dialect adds nothing this document uses.
+const ajv = new Ajv2020({
+  strict: true,
+  strictTypes: false,
+  strictRequired: false, // `anyOf: [{ required: [a] }, { required: [b] }]` is meant
+  allowUnionTypes: true,
+  allErrors: true,
+});
+ajv.addFormat("date-time", { type: "string", validate: isDateTime });
+ajv.addSchema({ $id: SCHEMAS_ID, $defs: absoluteRefs(DOC.components.schemas) });
+const validators = new Map<Node, ValidateFunction>();
+
+/** Why `value` does not validate against `schema` (a schema of the document), or null. */
+function schemaErrors(schema: Node, value: unknown): string | null {
+  let validate = validators.get(schema);
+  if (validate === undefined) {
+    validate = ajv.compile(absoluteRefs(schema));
+    validators.set(schema, validate);
+  }
+  return validate(value) ? null : ajv.errorsText(validate.errors, { separator: "; " });
+}
+
+function assertValid(schema: Node, value: unknown, what: string): void {
+  const errors = schemaErrors(schema, value);
+  assert.equal(errors, null, `${what}: ${errors}\n${JSON.stringify(value)?.slice(0, 1500)}`);
+}
+
+function assertInvalid(schema: Node, value: unknown, what: string): void {
+  assert.notEqual(schemaErrors(schema, value), null, `${what} validates, and must not`);
+}
+
+function component(name: string): Node {
+  return { $ref: `#/components/schemas/${name}` };
+}
+
+/** Every operation of `paths`, as `METHOD /path`. */
+function documentedOperations(): Map<string, Node> {
+  const operations = new Map<string, Node>();
+  for (const [path, item] of Object.entries<Node>(DOC.paths)) {
+    for (const method of METHODS) {
+      if (item[method]) operations.set(`${method.toUpperCase()} ${path}`, item[method]);
+    }
+  }
+  return operations;
+}
+
+function operation(key: string): Node {
+  const found = documentedOperations().get(key);
+  assert.ok(found, `${key} is not documented`);
+  return found;
+}
+
+/** The values an `error` property may take under `schema`, or null when unconstrained. */
+function codesOf(schema: Node): Set<string> | null {
+  const node = schema.$ref ? pointer(schema.$ref) : schema;
+  let codes: Set<string> | null = null;
+  const meet = (other: Set<string> | null) => {
+    if (other !== null) codes = codes === null ? other : codes.intersection(other);
+  };
+  if (node.properties?.error) {
+    const error = node.properties.error.$ref
+      ? pointer(node.properties.error.$ref)
+      : node.properties.error;
+    if ("const" in error) meet(new Set([error.const]));
+    else if (error.enum) meet(new Set(error.enum));
+  }
+  for (const part of node.allOf ?? []) meet(codesOf(part));
+  return codes;
+}
+
+/** The error codes a response documents: the union over its `oneOf` branches. */
+function documentedCodes(response: Node): Set<string> {
+  const schema = deref(response).content?.["application/json"]?.schema;
+  if (!schema) return new Set();
+  const branches = schema.oneOf ?? [schema];
+  return new Set(branches.flatMap((branch: Node) => [...(codesOf(branch) ?? [])]));
+}
+
+// ---- answers checked against the document ----
+
+/** A real HTTP answer. */
+interface Answer {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: Node;
+}
+
+/** `METHOD /path status code` of every answer checked. */
+const seen = new Set<string>();
+
+async function send(url: string, init: RequestInit = {}): Promise<Answer> {
+  const response = await fetch(url, init);
+  const text = await response.text();
+  let json: Node = undefined;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // left undefined: a JSON body is checked below
+  }
+  return { status: response.status, headers: response.headers, text, json };
+}
+
+function checkHeader(name: string, header: Node, value: string | null, where: string): void {
+  if (value === null) {
+    assert.ok(!header.required, `${where}: the required header ${name} is missing`);
+    return;
+  }
+  const schema = header.schema.$ref ? pointer(header.schema.$ref) : header.schema;
+  let typed: unknown = value;
+  if (schema.type === "integer" || schema.type === "number") {
+    assert.match(value, /^-?\d+(\.\d+)?$/, `${where}: header ${name}`);
+    typed = Number(value);
+  }
+  assertValid(header.schema, typed, `${where}: header ${name}`);
+}
+
+/** Checks an answer against a documented response: headers, content type, body. */
+function checkResponse(response: Node, answer: Answer, where: string): void {
+  for (const [name, header] of Object.entries<Node>(response.headers ?? {})) {
+    checkHeader(name, deref(header), answer.headers.get(name), where);
+  }
+  const media = response.content?.["application/json"];
+  assert.ok(media, `${where}: no application/json body is documented`);
+  assert.match(answer.headers.get("content-type") ?? "", /^application\/json(;|$)/, where);
+  assert.notEqual(answer.json, undefined, `${where}: not JSON: ${answer.text.slice(0, 300)}`);
+  assertValid(media.schema, answer.json, where);
+}
+
+/** Checks `answer` against operation `key` (`METHOD /path`) and records it; returns it. */
+function checked(key: string, answer: Answer): Answer {
+  const responses = operation(key).responses;
+  const where = `${key} -> ${answer.status}`;
+  const response = responses[String(answer.status)] ??
+    responses[`${String(answer.status)[0]}XX`] ?? responses.default;
+  assert.ok(response, `${where} is not documented; body ${answer.text.slice(0, 300)}`);
+  checkResponse(deref(response), answer, where);
+  const code = answer.json?.error;
+  if (answer.status !== 200 && answer.status !== 503) {
+    assert.equal(ERROR_STATUS[code as keyof typeof ERROR_STATUS], answer.status, where);
+  }
+  seen.add(`${key} ${answer.status} ${code ?? ""}`);
+  return answer;
+}
+
+/** Whether the document accepts `body` as the request body of `key`. */
+function documentAccepts(key: string, body: unknown): boolean {
+  const schema = operation(key).requestBody.content["application/json"].schema;
+  return schemaErrors(schema, body) === null;
+}
+
+/** Checks a delivery the callback receiver caught against `webhooks.purchaseEvent`. */
+function checkDelivery(delivery: ReceivedDelivery): Node {
+  const hook = DOC.webhooks.purchaseEvent.post;
+  const where = `delivery ${delivery.headers["x-service-event-id"]}`;
+  assert.equal(delivery.method, "POST");
+  for (const parameter of hook.parameters.map(deref)) {
+    assert.equal(parameter.in, "header");
+    const value = delivery.headers[parameter.name.toLowerCase()] ?? null;
+    checkHeader(parameter.name, parameter, value, where);
+  }
+  assert.deepEqual(Object.keys(hook.requestBody.content), ["application/json"]);
+  assert.equal(delivery.headers["content-type"], "application/json", where);
+  assertValid(hook.requestBody.content["application/json"].schema, delivery.json, where);
+  const body = delivery.json as Node;
+  assert.equal(delivery.headers["x-service-event"], body.event, where);
+  assert.equal(delivery.headers["x-service-event-id"], body.eventId, where);
+  assert.equal(delivery.signatureValid, true, where);
+  return body;
+}
+
+// ---- what the service really routes and classifies ----
+
+/** `METHOD /path` of every route the service's router holds. */
+function routerOperations(): Set<string> {
+  const routes = [
+    ...healthRoutes({
+      version: "dev",
+      checkReadiness: () => Promise.resolve({ db: "ok", encryption: "ok" }),
+    }),
+    storeaVerifyRoute({} as StoreaVerifyDeps),
+    storebVerifyRoute({} as StorebVerifyDeps),
+    storeaWebhookRoute({} as StoreaWebhookDeps),
+    storebWebhookRoute({} as StorebWebhookDeps),
+  ];
+  return new Set(routes.map((r) => `${r.method} ${r.pattern.replace(/:(\w+)/g, "{$1}")}`));
+}
+
+/** Every unified event the catalog produces, over every input it distinguishes. */
+function catalogEvents(): Set<string> {
+  const events = new Set<string>();
+  const storeaTypes = `SUBSCRIBED DID_RENEW DID_FAIL_TO_RENEW GRACE_PERIOD_EXPIRED
+    DID_CHANGE_RENEWAL_STATUS DID_CHANGE_RENEWAL_PREF OFFER_REDEEMED PRICE_INCREASE
+    RENEWAL_EXTENDED RENEWAL_EXTENSION EXPIRED REVOKE ONE_TIME_CHARGE REFUND REFUND_DECLINED
+    REFUND_REVERSED CONSUMPTION_REQUEST TEST SOMETHING_NEW`.split(/\s+/);
+  const subtypes = [
+    undefined,
+    ...`BILLING_RECOVERY GRACE_PERIOD AUTO_RENEW_DISABLED
+    AUTO_RENEW_ENABLED VOLUNTARY`.split(/\s+/),
+  ];
+  const transactions = [
+    null,
+    { originalTransactionId: "1", productId: "p", type: "Auto-Renewable Subscription" },
+    { originalTransactionId: "1", productId: "p", type: "Non-Consumable" },
+  ];
+  for (const notificationType of storeaTypes) {
+    for (const subtype of subtypes) {
+      for (const transaction of transactions) {
+        events.add(classifyStorea({ notificationType, subtype }, transaction).event);
+      }
+    }
+  }
+  const base = { version: "1.0", packageName: PACKAGE, eventTimeMillis: "1" };
+  for (let type = 0; type <= 30; type++) {
+    events.add(
+      classifyStoreb({
+        ...base,
+        subscriptionNotification: { notificationType: type, purchaseToken: "t" },
+      }).event,
+    );
+    events.add(
+      classifyStoreb({
+        ...base,
+        oneTimeProductNotification: { notificationType: type, purchaseToken: "t", sku: "s" },
+      }).event,
+    );
+  }
+  events.add(classifyStoreb({ ...base, voidedPurchaseNotification: { refundType: 1 } }).event);
+  events.add(classifyStoreb({ ...base, testNotification: { version: "1.0" } }).event);
+  events.add(classifyStoreb(base).event);
+  return events;
+}
+
+/** The names in the "Unified events" table of docs/events.md. */
+async function eventsDocumented(): Promise<Set<string>> {
+  const text = await Deno.readTextFile(new URL("../docs/events.md", import.meta.url));
+  const section = text.split("## Unified events")[1].split("\n## ")[0];
+  const names = [...section.matchAll(/^\| `([a-z_.]+)`/gm)].map((m) => m[1]);
+  return new Set(names.slice(1)); // the first is the header row
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// ---- the document on its own ----
+
+Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpoints", async (t) => {
+  await t.step("top level", () => {
+    assert.match(DOC.openapi, /^3\.1\.\d+$/);
+    const allowed = `openapi info jsonSchemaDialect servers paths webhooks components security tags
+      externalDocs`.split(/\s+/);
+    for (const key of Object.keys(DOC)) {
+      assert.ok(allowed.includes(key) || key.startsWith("x-"), `unknown top-level key ${key}`);
+    }
+    assert.equal(typeof DOC.info.title, "string");
+    assert.equal(typeof DOC.info.version, "string");
+    for (const server of DOC.servers) assert.match(server.url, /^https?:\/\//);
+  });
+
+  await t.step("every route of the router, and nothing else", async () => {
+    assert.deepEqual(
+      [...documentedOperations().keys()].sort(),
+      [...routerOperations()].sort(),
+    );
+    // The factories above are the ones serve.ts builds its router from.
+    const serve = await Deno.readTextFile(new URL("../src/serve.ts", import.meta.url));
+    const block = serve.slice(
+      serve.indexOf("new Router(["),
+      serve.indexOf("]);", serve.indexOf("new Router([")),
+    );
+    assert.deepEqual(
+      [...block.matchAll(/\b(\w+Routes?)\(/g)].map((m) => m[1]).sort(),
+      [
+        "healthRoutes",
+        "storeaVerifyRoute",
+        "storeaWebhookRoute",
+        "storebVerifyRoute",
+        "storebWebhookRoute",
+      ],
+    );
+  });
+
+  await t.step("every $ref resolves, and every schema compiles in strict mode", () => {
+    const refs = refsIn(DOC);
+    assert.ok(refs.length > 50);
+    for (const [ref, at] of refs) assert.doesNotThrow(() => pointer(ref), `${ref} at ${at}`);
+    for (const name of Object.keys(DOC.components.schemas)) {
+      assert.doesNotThrow(() => schemaErrors(component(name), {}), name);
+    }
+  });
+
+  await t.step("operations: ids, tags, parameters, security, responses, headers", () => {
+    const ids = new Set<string>();
+    const tags = new Set(DOC.tags.map((tag: Node) => tag.name));
+    const schemes = DOC.components.securitySchemes;
+    const all = [...documentedOperations(), ["webhook", DOC.webhooks.purchaseEvent.post]];
+    for (const [key, op] of all as [string, Node][]) {
+      assert.equal(typeof op.operationId, "string", key);
+      assert.ok(!ids.has(op.operationId), `duplicate operationId ${op.operationId}`);
+      ids.add(op.operationId);
+      assert.equal(typeof op.summary, "string", key);
+      for (const tag of op.tags ?? []) assert.ok(tags.has(tag), `${key}: undeclared tag ${tag}`);
+      for (const requirement of op.security ?? []) {
+        for (const name of Object.keys(requirement)) assert.ok(schemes[name], `${key}: ${name}`);
+      }
+      const parameters = (op.parameters ?? []).map(deref);
+      for (const parameter of parameters) {
+        assert.ok(parameter.name && parameter.in && parameter.schema, `${key}: ${parameter.name}`);
+      }
+      for (const [, name] of key.matchAll(/\{(\w+)\}/g)) {
+        const declared = parameters.find((p: Node) => p.in === "path" && p.name === name);
+        assert.ok(declared?.required === true, `${key}: path parameter ${name}`);
+      }
+      assert.ok(Object.keys(op.responses).length > 0, key);
+      for (const [status, response] of Object.entries<Node>(op.responses)) {
+        assert.equal(typeof deref(response).description, "string", `${key} ${status}`);
+        if (key === "webhook") continue;
+        const headers = deref(response).headers ?? {};
+        for (const name of ["X-Request-Id", "X-Service-Version"]) {
+          assert.equal(deref(headers[name])?.required, true, `${key} ${status}: ${name}`);
+        }
+      }
+    }
+    assert.equal(schemes.apiKey.type, "http");
+    assert.equal(schemes.apiKey.scheme, "bearer");
+    assert.equal(schemes.storebPushToken.type, "openIdConnect");
+    const security = (key: string) => JSON.stringify(operation(key).security);
+    assert.equal(security("POST /v1/storea/verify"), '[{"apiKey":[]}]');
+    assert.equal(security("POST /v1/storeb/verify"), '[{"apiKey":[]}]');
+    assert.equal(security("POST /v1/webhooks/storeb/{tenantId}"), '[{"storebPushToken":[]}]');
+    assert.equal(security("POST /v1/webhooks/storea/{tenantId}"), "[]");
+    assert.equal(security("GET /health"), "[]");
+    assert.equal(security("GET /ready"), "[]");
+    assert.equal(DOC.security, undefined, "no default security: each operation says its own");
+  });
+
+  await t.step("statuses and error codes of every operation are those of the spec", () => {
+    assert.deepEqual(
+      [...DOC.components.schemas.ErrorCode.enum].sort(),
+      Object.keys(ERROR_STATUS).sort(),
+    );
+    for (const [key, expected] of Object.entries(SPEC_CODES)) {
+      const responses = operation(key).responses;
+      assert.deepEqual(Object.keys(responses).sort(), Object.keys(expected).sort(), key);
+      for (const [status, codes] of Object.entries(expected)) {
+        assert.deepEqual(
+          [...documentedCodes(responses[status])].sort(),
+          [...codes].sort(),
+          `${key} ${status}`,
+        );
+        if (status !== "200") {
+          for (const code of codes) {
+            assert.equal(ERROR_STATUS[code as keyof typeof ERROR_STATUS], Number(status), code);
+          }
+        }
+      }
+    }
+    const retryAfter = deref(operation("POST /v1/storea/verify").responses["429"]).headers;
+    assert.ok(retryAfter["Retry-After"], "429 documents Retry-After");
+  });
+
+  await t.step("body limits are the service's", () => {
+    const limit = (key: string) => operation(key).requestBody["x-max-body-bytes"];
+    assert.equal(limit("POST /v1/storea/verify"), VERIFY_BODY_LIMIT);
+    assert.equal(limit("POST /v1/storeb/verify"), VERIFY_BODY_LIMIT);
+    assert.equal(limit("POST /v1/webhooks/storea/{tenantId}"), RECEIVER_BODY_LIMIT);
+    assert.equal(limit("POST /v1/webhooks/storeb/{tenantId}"), RECEIVER_BODY_LIMIT);
+  });
+
+  await t.step("the outbound delivery: headers, payload keys, event names", async () => {
+    const hook = DOC.webhooks.purchaseEvent.post;
+    assert.deepEqual(hook.parameters.map((p: Node) => [p.name, p.in, p.required]), [
+      ["X-Service-Event", "header", true],
+      ["X-Service-Event-Id", "header", true],
+      ["X-Service-Timestamp", "header", true],
+      ["X-Service-Signature", "header", true],
+      ["X-Service-Version", "header", true],
+      ["User-Agent", "header", true],
+    ]);
+    assert.deepEqual(Object.keys(hook.responses), ["2XX", "default"]);
+    const payload = DOC.components.schemas.DeliveryPayload;
+    assert.deepEqual(Object.keys(payload.properties), DELIVERY_KEYS);
+    assert.deepEqual(payload.required, DELIVERY_KEYS);
+    const names = new Set<string>(DOC.components.schemas.EventName.enum);
+    assert.deepEqual([...names].sort(), [...catalogEvents()].sort());
+    assert.deepEqual([...names].sort(), [...await eventsDocumented()].sort());
+  });
+
+  await t.step("the document's own examples validate", () => {
+    let count = 0;
+    const media = (content: Node, where: string) => {
+      for (const [type, entry] of Object.entries<Node>(content ?? {})) {
+        if ("example" in entry) {
+          assertValid(entry.schema, entry.example, `${where} ${type} example`);
+          count++;
+        }
+        for (const [name, example] of Object.entries<Node>(entry.examples ?? {})) {
+          assertValid(entry.schema, deref(example).value, `${where} ${type} ${name}`);
+          count++;
+        }
+      }
+    };
+    const all = [...documentedOperations(), ["webhook", DOC.webhooks.purchaseEvent.post]];
+    for (const [key, op] of all as [string, Node][]) {
+      media(op.requestBody?.content, `${key} request`);
+      for (const parameter of (op.parameters ?? []).map(deref)) {
+        if ("example" in parameter) assertValid(parameter.schema, parameter.example, key);
+      }
+      for (const [status, response] of Object.entries<Node>(op.responses)) {
+        media(deref(response).content, `${key} ${status}`);
+      }
+    }
+    for (const [name, response] of Object.entries<Node>(DOC.components.responses)) {
+      media(response.content, name);
+    }
+    assert.ok(count >= 15, `${count} examples`);
+  });
+
+  await t.step("success shapes list every field as required and allow no other", () => {
+    const schemas = DOC.components.schemas;
+    for (
+      const name of [
+        "StoreaVerifySuccess",
+        "StoreaTransaction",
+        "StorebVerifySuccess",
+        "StorebSubscriptionPurchase",
+        "StorebProductPurchase",
+        "DomainFailure",
+        "WebhookReceipt",
+        "Health",
+        "ReadyOk",
+        "ReadyDegraded",
+        "DeliveryPayload",
+        "DeliverySubject",
+      ]
+    ) {
+      assert.equal(schemas[name].additionalProperties, false, name);
+      assert.deepEqual(
+        [...schemas[name].required].sort(),
+        Object.keys(schemas[name].properties).sort(),
+        name,
+      );
+    }
+    assert.equal(schemas.ErrorEnvelope.additionalProperties, false);
+    assert.deepEqual(schemas.ErrorEnvelope.required, ["valid", "error", "message"]);
+  });
+
+  await t.step("the validator is not vacuous: wrong bodies are refused", () => {
+    const storeaOk = operation("POST /v1/storea/verify").responses["200"].content[
+      "application/json"
+    ];
+    const success = structuredClone(storeaOk.examples.valid.value);
+    assertValid(storeaOk.schema, success, "the example");
+    const withoutPrice = structuredClone(success);
+    delete withoutPrice.transaction.price;
+    assertInvalid(storeaOk.schema, withoutPrice, "a transaction without price");
+    assertInvalid(storeaOk.schema, { ...success, extra: 1 }, "an undocumented field");
+    assertInvalid(storeaOk.schema, { ...success, valid: false }, "valid: false with a result");
+    assertInvalid(storeaOk.schema, { valid: true }, "a bare valid: true");
+    assertInvalid(
+      storeaOk.schema,
+      { ...success, transaction: { ...success.transaction, purchaseDate: "yesterday" } },
+      "a date that is not a date-time",
+    );
+    assertInvalid(
+      storeaOk.schema,
+      { valid: false, version: "dev", error: "PURCHASE_NOT_FOUND", message: "m" },
+      "a store B domain code on store A",
+    );
+    const storebOk = operation("POST /v1/storeb/verify").responses["200"].content[
+      "application/json"
+    ];
+    const subscription = structuredClone(storebOk.examples.subscription.value);
+    assertValid(storebOk.schema, subscription, "the example");
+    subscription.purchase.kind = "storeb#productPurchase";
+    assertInvalid(storebOk.schema, subscription, "a subscription labelled a product");
+    assertInvalid(component("ErrorEnvelope"), {
+      valid: false,
+      error: "NOPE",
+      message: "m",
+    }, "an unknown code");
+    assertInvalid(component("RateLimitedError"), {
+      valid: false,
+      error: "RATE_LIMITED",
+      message: "m",
+      details: { retryAfterSeconds: 0 },
+    }, "a zero retryAfterSeconds");
+    assertInvalid(component("AppleApiError"), {
+      valid: false,
+      error: "APPLE_API_ERROR",
+      message: "m",
+    }, "APPLE_API_ERROR without details");
+    assertInvalid(component("Health"), { status: "ok" }, "health without version");
+    assertInvalid(component("RequestId"), "req_123", "a request id that is no ULID");
+    const delivery = DOC.webhooks.purchaseEvent.post.requestBody.content["application/json"];
+    const renewal = structuredClone(delivery.examples.storebRenewal.value);
+    assertValid(delivery.schema, renewal, "the example");
+    assertInvalid(delivery.schema, { ...renewal, event: "subscription.renewd" }, "a typo event");
+    assertInvalid(delivery.schema, { ...renewal, subject: { key: "k" } }, "a partial subject");
+    assertInvalid(delivery.schema, { ...renewal, raw: {} }, "a store B raw without message");
+    const { reason: _, ...withoutReason } = renewal;
+    assertInvalid(delivery.schema, withoutReason, "a payload without reason");
+  });
+});
+
+// ---- the document against the real service ----
+
+Deno.test("openapi.yaml describes the real service's answers and deliveries", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "pr-openapi-" });
+  const pki = await createStoreaTestPki();
+  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
+  const storeaApi = await startStoreaApiSimulator({ signer });
+  const play = await startStorebSimulator();
+  const issuer = await startPushTokenIssuer();
+  const receiver = await startCallbackReceiver();
+  let service: RunningService | undefined;
+  try {
+    const keyFile = await writeStoreaKeyFile(dir);
+    await storeaApi.addKey({
+      issuerId: TEST_ISSUER_ID,
+      keyId: "ABC123DEFG",
+      bundleId: BUNDLE_ID,
+      privateKeyPem: await Deno.readTextFile(keyFile),
+    });
+    const account = await createServiceAccount();
+    await play.addServiceAccount(account);
+    const accountFile = join(dir, "service-account.json");
+    await Deno.writeTextFile(accountFile, account.json);
+    service = await startService({
+      env: {
+        STOREA_API_URL_PRODUCTION: storeaApi.productionUrl,
+        STOREA_API_URL_SANDBOX: storeaApi.sandboxUrl,
+        STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+        STOREB_API_URL: play.apiUrl,
+        STOREB_TOKEN_URL: play.tokenUrl,
+        STOREB_OIDC_CERTS_URL: issuer.certsUrl,
+        UPSTREAM_TIMEOUT: "3s",
+        RATE_LIMIT_BURST: "40",
+        RATE_LIMIT_PER_SECOND: "1",
+        DELIVERY_RETRY_SCHEDULE: "1s,1s",
+        DELIVERY_TIMEOUT: "2s",
+      },
+    });
+    const running = service;
+    const url = running.url;
+
+    /** A tenant with a callback URL, an API key and one store's credentials. */
+    const storeTenant = async (credentials: (tenantId: string) => string[]) => {
+      const { tenantId, secret } = await createTenantWithCallback(running, receiver.url);
+      const key = await cliOk(running, "key", "create", tenantId, "--env", "test");
+      await cliOk(running, ...credentials(tenantId));
+      return { tenantId, secret: secret!, key: key.key as string };
+    };
+    const [a, b, bare] = await Promise.all([
+      storeTenant((id) => storeaCredentialArgs(id, keyFile)),
+      storeTenant((id) => [
+        ...storebCredentialArgs(id, accountFile),
+        "--push-service-account",
+        PUSH_ACCOUNT,
+      ]),
+      createTenantWithKey(running), // no store credentials
+    ]);
+    receiver.setSecrets([a.secret, b.secret]);
+
+    const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+      send(`${url}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...headers },
+        body: typeof body === "string" || body instanceof Uint8Array
+          ? body as BodyInit
+          : JSON.stringify(body),
+      });
+    const STOREA_VERIFY = "POST /v1/storea/verify";
+    const STOREB_VERIFY = "POST /v1/storeb/verify";
+    const STOREA_HOOK = "POST /v1/webhooks/storea/{tenantId}";
+    const STOREB_HOOK = "POST /v1/webhooks/storeb/{tenantId}";
+    const verifyA = async (body: unknown, key = a.key) =>
+      checked(
+        STOREA_VERIFY,
+        await post("/v1/storea/verify", body, { authorization: `Bearer ${key}` }),
+      );
+    const verifyB = async (body: unknown, key = b.key) =>
+      checked(
+        STOREB_VERIFY,
+        await post("/v1/storeb/verify", body, { authorization: `Bearer ${key}` }),
+      );
+    const notifyA = async (body: unknown, tenantId = a.tenantId) =>
+      checked(STOREA_HOOK, await post(`/v1/webhooks/storea/${tenantId}`, body));
+    const mint = (audience = AUDIENCE) => issuer.mint({ audience, email: PUSH_ACCOUNT });
+    const notifyB = async (
+      body: unknown,
+      options: { tenantId?: string; authorization?: string | null } = {},
+    ) => {
+      const authorization = options.authorization === undefined
+        ? `Bearer ${await mint()}`
+        : options.authorization;
+      return checked(
+        STOREB_HOOK,
+        await post(
+          `/v1/webhooks/storeb/${options.tenantId ?? b.tenantId}`,
+          body,
+          authorization === null ? {} : { authorization },
+        ),
+      );
+    };
+    const signedNotification = async (
+      options: Parameters<StoreaSigner["notificationPayload"]>[0],
+    ) => ({
+      signedPayload: await signer.signNotification(await signer.notificationPayload(options)),
+    });
+    const bSubscription = (purchase = sampleSubscriptionPurchase()) => {
+      const purchaseToken = `ptok-${crypto.randomUUID()}`;
+      play.addSubscription({ packageName: PACKAGE, purchaseToken, purchase });
+      return { packageName: PACKAGE, productId: "monthly", purchaseToken, type: "subscription" };
+    };
+    let expectedDeliveries = 0;
+
+    await t.step("health and readiness", async () => {
+      const health = checked("GET /health", await send(`${url}/health`));
+      assert.deepEqual(health.json, { status: "ok", version: "dev" });
+      const ready = checked("GET /ready", await send(`${url}/ready`));
+      assert.equal(ready.status, 200);
+    });
+
+    await t.step("unknown paths and methods answer the documented envelope", async () => {
+      for (
+        const [answer, code] of [
+          [await send(`${url}/v2/nothing`), "NOT_FOUND"],
+          [await send(`${url}/v1/storea/verify`), "METHOD_NOT_ALLOWED"],
+          [await send(`${url}/health`, { method: "POST" }), "METHOD_NOT_ALLOWED"],
+        ] as [Answer, string][]
+      ) {
+        const response = {
+          headers: DOC.components.headers,
+          content: { "application/json": { schema: component("ErrorEnvelope") } },
+        };
+        checkResponse(response, answer, code);
+        assert.equal(answer.json.error, code);
+        assert.equal(answer.status, ERROR_STATUS[code as keyof typeof ERROR_STATUS]);
+        if (code === "METHOD_NOT_ALLOWED") assert.ok(answer.headers.get("allow"));
+      }
+    });
+
+    await t.step("store A verify: success shapes and domain failures", async () => {
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({
+          transactionId: "2000000000000101",
+          type: "Auto-Renewable Subscription",
+          appAccountToken: "7e3fb20b-4cdb-47cc-936d-99d65f608138",
+          offerType: 1,
+          offerIdentifier: "intro",
+        }),
+      );
+      const full = await verifyA({ transactionId: "2000000000000101" });
+      assert.equal(full.json.valid, true);
+      assert.equal(full.json.transaction.offerType, 1);
+      // Every optional field left out by the store: nulls where the document allows them.
+      await storeaApi.addTransaction(
+        "sandbox",
+        signer.sampleTransaction({
+          transactionId: "2000000000000102",
+          type: "Consumable",
+          expiresDate: undefined,
+          webOrderLineItemId: undefined,
+          appAccountToken: undefined,
+          storefront: undefined,
+          storefrontId: undefined,
+          transactionReason: undefined,
+          price: undefined,
+          currency: undefined,
+        }),
+      );
+      const sparse = await verifyA({ transactionId: "2000000000000102" });
+      assert.equal(sparse.json.environment, "sandbox");
+      assert.equal(sparse.json.appUserId, null);
+      assert.equal(sparse.json.transaction.price, null);
+
+      const notFound = await verifyA({ transactionId: "2000000000000103" });
+      assert.equal(notFound.json.error, "TRANSACTION_NOT_FOUND");
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({ transactionId: "2000000000000104", bundleId: "com.other.app" }),
+      );
+      const mismatch = await verifyA({ transactionId: "2000000000000104" });
+      assert.equal(mismatch.json.error, "BUNDLE_ID_MISMATCH");
+    });
+
+    await t.step("store A verify: upstream failures", async () => {
+      storeaApi.script("production", { status: 400, body: STOREA_API_ERRORS.invalidTransactionId });
+      const failed = await verifyA({ transactionId: "2000000000000105" });
+      assert.equal(failed.status, 502);
+      assert.deepEqual(failed.json.details, { status: 400, upstreamCode: 4000006 });
+      storeaApi.script("production", storeaRateLimitedAnswer({ retryAt: Date.now() + 20_000 }));
+      const limited = await verifyA({ transactionId: "2000000000000106" });
+      assert.equal(limited.status, 429);
+      assert.ok(limited.headers.get("retry-after"));
+      assert.equal(
+        Number(limited.headers.get("retry-after")),
+        limited.json.details.retryAfterSeconds,
+      );
+    });
+
+    await t.step("store B verify: subscription and product shapes, domain failures", async () => {
+      const subscription = await verifyB(bSubscription());
+      assert.equal(subscription.json.purchase.kind, "storeb#subscriptionPurchaseV2");
+      // A prepaid plan has no recurring price: nulls where the document allows them.
+      const prepaid = sampleSubscriptionPurchase({ regionCode: "DE" });
+      prepaid.lineItems = [{ productId: "pass_30d", expiryTime: new Date().toISOString() }];
+      delete prepaid.latestOrderId;
+      const sparse = await verifyB(bSubscription(prepaid));
+      assert.equal(sparse.json.purchase.priceAmountMicros, null);
+      assert.equal(sparse.json.purchase.autoRenewing, false);
+
+      const purchaseToken = `ptok-${crypto.randomUUID()}`;
+      play.addProduct({
+        packageName: PACKAGE,
+        productId: "coins_100",
+        purchaseToken,
+        purchase: sampleProductPurchase(),
+      });
+      const product = await verifyB({
+        packageName: PACKAGE,
+        productId: "coins_100",
+        purchaseToken,
+        type: "product",
+      });
+      assert.equal(product.json.purchase.kind, "storeb#productPurchase");
+
+      const notFound = await verifyB({ ...bSubscription(), purchaseToken: "ptok-unknown" });
+      assert.equal(notFound.json.error, "PURCHASE_NOT_FOUND");
+      const mismatch = await verifyB({ ...bSubscription(), packageName: "com.other.app" });
+      assert.equal(mismatch.json.error, "PACKAGE_NAME_MISMATCH");
+    });
+
+    await t.step("store B verify: upstream failures", async () => {
+      play.script({ status: 403 });
+      const failed = await verifyB(bSubscription());
+      assert.equal(failed.status, 502);
+      assert.deepEqual(failed.json.details, { status: 403, upstreamCode: "PERMISSION_DENIED" });
+      play.script({ status: 429, headers: { "retry-after": "17" } });
+      const hinted = await verifyB(bSubscription());
+      assert.equal(hinted.status, 429);
+      assert.equal(hinted.headers.get("retry-after"), "17");
+      play.script({ status: 429 });
+      const unhinted = await verifyB(bSubscription());
+      assert.equal(unhinted.status, 429);
+      assert.equal(unhinted.headers.get("retry-after"), null);
+      play.clearScripts();
+    });
+
+    await t.step("request bodies: the document and the service agree", async () => {
+      const id = "2000000000000201";
+      const storeaBodies: unknown[] = [
+        { transactionId: id },
+        { transactionId: id, environment: "production" },
+        { transactionId: "1".repeat(128) },
+        { transactionId: "1".repeat(129) },
+        { transactionId: "" },
+        { transactionId: 2000000000000201 },
+        { transactionId: id, environment: "staging" },
+        { transactionId: id, note: "unknown field" },
+        {},
+        [],
+        null,
+      ];
+      const verdicts = new Set<boolean>();
+      for (const body of storeaBodies) {
+        const accepted = documentAccepts(STOREA_VERIFY, body);
+        verdicts.add(accepted);
+        const answer = await verifyA(body);
+        assert.equal(
+          answer.json.error === "INVALID_REQUEST",
+          !accepted,
+          `${JSON.stringify(body)}: document ${accepted}, service ${answer.text}`,
+        );
+      }
+      const ok = { packageName: PACKAGE, productId: "coins_100", type: "product" };
+      const storebBodies: unknown[] = [
+        { ...ok, purchaseToken: "t".repeat(4096) },
+        { ...ok, purchaseToken: "t".repeat(4097) },
+        { ...ok, purchaseToken: "" },
+        { ...ok, purchaseToken: ".." },
+        { ...ok, purchaseToken: "tok", productId: ".." },
+        { ...ok, purchaseToken: "tok", productId: "p".repeat(201) },
+        { ...ok, purchaseToken: "tok", packageName: "p".repeat(201) },
+        { ...ok, purchaseToken: "tok", type: "subscription" },
+        { ...ok, purchaseToken: "tok", type: "bundle" },
+        { ...ok, purchaseToken: "tok", extra: true },
+        { packageName: PACKAGE, purchaseToken: "tok", type: "product" },
+      ];
+      for (const body of storebBodies) {
+        const accepted = documentAccepts(STOREB_VERIFY, body);
+        verdicts.add(accepted);
+        const answer = await verifyB(body);
+        assert.equal(
+          answer.json.error === "INVALID_REQUEST",
+          !accepted,
+          `${JSON.stringify(body).slice(0, 200)}: document ${accepted}, service ${answer.text}`,
+        );
+      }
+      assert.deepEqual([...verdicts].sort(), [false, true]);
+    });
+
+    await t.step("verify: bodies that are not JSON, and the 16 KB limit", async () => {
+      const auth = { authorization: `Bearer ${a.key}` };
+      const invalid = [
+        await post("/v1/storea/verify", "{}", { ...auth, "content-type": "text/plain" }),
+        await post("/v1/storea/verify", "", auth),
+        await post("/v1/storea/verify", "{nope", auth),
+        await post("/v1/storea/verify", new Uint8Array([0x7b, 0xff, 0x7d]), auth),
+      ];
+      for (const answer of invalid) {
+        assert.equal(checked(STOREA_VERIFY, answer).json.error, "INVALID_REQUEST", answer.text);
+      }
+      const json = `{"transactionId":"2000000000000202"}`;
+      const atLimit = json + " ".repeat(VERIFY_BODY_LIMIT - json.length);
+      const fits = checked(STOREA_VERIFY, await post("/v1/storea/verify", atLimit, auth));
+      assert.equal(fits.json.error, "TRANSACTION_NOT_FOUND");
+      const over = checked(STOREA_VERIFY, await post("/v1/storea/verify", atLimit + " ", auth));
+      assert.deepEqual(over.json.details, { limitBytes: VERIFY_BODY_LIMIT });
+    });
+
+    await t.step("verify: 401 without a valid key, 400 without credentials", async () => {
+      for (const path of ["/v1/storea/verify", "/v1/storeb/verify"]) {
+        const key = `POST ${path}`;
+        for (
+          const headers of [
+            {},
+            { authorization: "Bearer nope" },
+            { authorization: `Bearer service_test_${"A".repeat(43)}` },
+          ] as Record<string, string>[]
+        ) {
+          const answer = checked(key, await post(path, {}, headers));
+          assert.equal(answer.json.error, "UNAUTHENTICATED");
+        }
+      }
+      const a400 = await verifyA({ transactionId: "2000000000000203" }, bare.key);
+      assert.equal(a400.json.error, "CREDENTIALS_MISSING");
+      const b400 = await verifyB({ ...bSubscription() }, bare.key);
+      assert.equal(b400.json.error, "CREDENTIALS_MISSING");
+    });
+
+    await t.step("verify: 429 once the tenant's bucket is empty", async () => {
+      const answers = await Promise.all(
+        Array.from({ length: 50 }, () => verifyA({ transactionId: "2000000000000204" }, bare.key)),
+      );
+      const limited = answers.filter((answer) => answer.status === 429);
+      assert.ok(limited.length > 0, `statuses ${answers.map((x) => x.status)}`);
+      for (const answer of limited) {
+        assert.equal(answer.json.error, "RATE_LIMITED");
+        // The tenant's own limit: both the header and the body field (spec 7).
+        const seconds = Number(answer.headers.get("retry-after"));
+        assert.ok(seconds >= 1);
+        assert.equal(answer.json.details.retryAfterSeconds, seconds);
+      }
+    });
+
+    await t.step("store A receiver: receipts and every documented error", async () => {
+      const renewal = await signedNotification({
+        notificationType: "DID_RENEW",
+        transaction: signer.sampleTransaction({ productId: "pro.monthly" }),
+        renewalInfo: signer.sampleRenewalInfo({}),
+      });
+      const first = await notifyA(renewal);
+      assert.equal(first.status, 200);
+      assert.equal(first.json.isNew, true);
+      const again = await notifyA(renewal);
+      assert.equal(again.json.isNew, false);
+      assert.equal(again.json.eventId, first.json.eventId);
+      expectedDeliveries += 1;
+
+      for (const body of [{ signedPayload: "" }, {}, { signedPayload: 42 }]) {
+        assert.equal(documentAccepts(STOREA_HOOK, body), false);
+        assert.equal((await notifyA(body)).json.error, "INVALID_REQUEST");
+      }
+      const oversized = checked(
+        STOREA_HOOK,
+        await post(
+          `/v1/webhooks/storea/${a.tenantId}`,
+          `{"signedPayload":"x"}${" ".repeat(RECEIVER_BODY_LIMIT)}`,
+        ),
+      );
+      assert.deepEqual(oversized.json.details, { limitBytes: RECEIVER_BODY_LIMIT });
+      const json = `{"signedPayload":"not.a.jws"}`;
+      const atLimit = checked(
+        STOREA_HOOK,
+        await post(
+          `/v1/webhooks/storea/${a.tenantId}`,
+          json + " ".repeat(RECEIVER_BODY_LIMIT - json.length),
+        ),
+      );
+      assert.equal(atLimit.json.error, "SIGNATURE_INVALID");
+      const stranger = new StoreaSigner(await createStoreaTestPki(), { bundleId: BUNDLE_ID });
+      const forged = {
+        signedPayload: await stranger.signNotification(
+          await stranger.notificationPayload({ notificationType: "TEST" }),
+        ),
+      };
+      assert.equal((await notifyA(forged)).json.error, "SIGNATURE_INVALID");
+      const unknown = await notifyA(renewal, "tenant_01KA1D4C7W5GQ0VZ3RJ8N2T6XE");
+      assert.equal(unknown.json.error, "TENANT_NOT_FOUND");
+      assert.equal((await notifyA(renewal, bare.tenantId)).json.error, "CREDENTIALS_MISSING");
+    });
+
+    await t.step("a delivery answered 500 is retried with the same event and body", async () => {
+      await receiver.waitFor(expectedDeliveries); // the scripted answer is for the next one
+      receiver.script({ status: 500 });
+      const test = await notifyA(await signedNotification({ notificationType: "TEST" }));
+      const eventId = test.json.eventId;
+      const attempts = await eventually(
+        () => {
+          const mine = receiver.deliveries.filter((d) =>
+            d.headers["x-service-event-id"] === eventId
+          );
+          return mine.length >= 2 ? mine : undefined;
+        },
+        10_000,
+        "the retry of a refused delivery",
+      );
+      assert.deepEqual(attempts.map((d) => d.answeredStatus), [500, 200]);
+      assert.equal(attempts[1].body, attempts[0].body);
+      for (const attempt of attempts) checkDelivery(attempt);
+      expectedDeliveries += 2;
+    });
+
+    await t.step("store B receiver: receipts and every documented error", async () => {
+      const renewal = pushEnvelope(
+        subscriptionNotification(PACKAGE, {
+          notificationType: 2,
+          purchaseToken: "ptok-renewal",
+          subscriptionId: "pro.monthly",
+        }),
+      );
+      const first = await notifyB(renewal);
+      assert.equal(first.json.isNew, true);
+      assert.equal((await notifyB(renewal)).json.isNew, false);
+      // Pub/Sub's other spelling of the message id alone is enough.
+      const other = pushEnvelope(testNotification(PACKAGE));
+      const { messageId: _, ...underscoreOnly } = other.message;
+      assert.equal(documentAccepts(STOREB_HOOK, { ...other, message: underscoreOnly }), true);
+      assert.equal((await notifyB({ ...other, message: underscoreOnly })).status, 200);
+      for (
+        const notification of [
+          oneTimeProductNotification(PACKAGE, {
+            notificationType: 1,
+            purchaseToken: "ptok-coins",
+            sku: "coins.100",
+          }),
+          voidedPurchaseNotification(PACKAGE, {
+            purchaseToken: "ptok-voided",
+            orderId: "GPA.1234-5678-9012-34567",
+            productType: 2,
+            refundType: 1,
+          }),
+          { version: "1.0", packageName: PACKAGE, eventTimeMillis: "1" },
+        ]
+      ) {
+        assert.equal((await notifyB(pushEnvelope(notification))).status, 200);
+      }
+      expectedDeliveries += 5;
+
+      const missing = await notifyB(pushEnvelope(testNotification(PACKAGE)), {
+        authorization: null,
+      });
+      assert.equal(missing.json.error, "UNAUTHENTICATED");
+      const unknown = await notifyB(pushEnvelope(testNotification(PACKAGE)), {
+        tenantId: "tenant_01KA1D4C7W5GQ0VZ3RJ8N2T6XE",
+      });
+      assert.equal(unknown.json.error, "UNAUTHENTICATED");
+      const audience = await notifyB(pushEnvelope(testNotification(PACKAGE)), {
+        authorization: `Bearer ${await mint("https://other.example.com/push")}`,
+      });
+      assert.equal(audience.json.error, "SIGNATURE_INVALID");
+      for (const body of [{ message: { messageId: "1" } }, { subscription: "s" }]) {
+        assert.equal(documentAccepts(STOREB_HOOK, body), false);
+        assert.equal((await notifyB(body)).json.error, "INVALID_REQUEST");
+      }
+      const foreign = await notifyB(pushEnvelope(testNotification("com.other.app")));
+      assert.deepEqual(foreign.json.details, { packageName: "com.other.app" });
+    });
+
+    await t.step("the operator's test delivery", async () => {
+      const sent = await cliOk(running, "webhook", "test", a.tenantId);
+      assert.equal(sent.delivered, true);
+      expectedDeliveries += 1;
+    });
+
+    await t.step("every delivery matches webhooks.purchaseEvent", async () => {
+      const deliveries = await receiver.waitFor(expectedDeliveries);
+      await sleep(300); // nothing more is due
+      assert.equal(receiver.deliveries.length, expectedDeliveries);
+      const sources = new Set<string>();
+      const events = new Set<string>();
+      for (const delivery of deliveries) {
+        const body = checkDelivery(delivery);
+        sources.add(body.source);
+        events.add(body.event);
+      }
+      assert.deepEqual([...sources].sort(), ["service", "storea", "storeb"]);
+      for (const event of ["subscription.renewed", "product.purchased", "refund.issued", "test"]) {
+        assert.ok(events.has(event), event);
+      }
+      assert.ok(events.has("unknown"));
+    });
+
+    await t.step("inactive tenants: 404 at both receivers", async () => {
+      await cliOk(running, "tenant", "deactivate", a.tenantId);
+      await cliOk(running, "tenant", "deactivate", b.tenantId);
+      await sleep(1_100); // the receivers cache tenants for a second
+      const notification = await signedNotification({ notificationType: "TEST" });
+      const storea = await eventually(async () => {
+        const answer = await notifyA(notification);
+        return answer.status === 404 ? answer : undefined;
+      }, 5_000);
+      assert.equal(storea.json.error, "TENANT_NOT_FOUND");
+      const storeb = await eventually(async () => {
+        const answer = await notifyB(pushEnvelope(testNotification(PACKAGE)));
+        return answer.status === 404 ? answer : undefined;
+      }, 5_000);
+      assert.equal(storeb.json.error, "TENANT_NOT_FOUND");
+    });
+
+    await t.step("a different encryption key: /ready 503", async () => {
+      assert.equal(await running.stop(), 0);
+      const wrongKey = await startService({
+        db: running.db,
+        env: { ENCRYPTION_KEY: OTHER_KEY },
+      });
+      try {
+        const ready = checked("GET /ready", await send(`${wrongKey.url}/ready`));
+        assert.equal(ready.status, 503);
+        assert.match(ready.json.checks.encryption, /^fail/);
+        checked("GET /health", await send(`${wrongKey.url}/health`));
+      } finally {
+        await wrongKey.stop();
+      }
+    });
+
+    await t.step("every documented status and code was seen, but for INTERNAL_ERROR", () => {
+      const missing: string[] = [];
+      for (const [key, op] of documentedOperations()) {
+        for (const [status, response] of Object.entries<Node>(op.responses)) {
+          const codes = [...documentedCodes(response)].filter((c) => c !== "INTERNAL_ERROR");
+          if (status === "500") continue;
+          const prefix = `${key} ${status} `;
+          if (![...seen].some((s) => s.startsWith(prefix))) missing.push(prefix);
+          for (const code of codes) {
+            if (!seen.has(prefix + code)) missing.push(prefix + code);
+          }
+        }
+      }
+      assert.deepEqual(missing, []);
+    });
+  } finally {
+    if (service) await stopAndDrop(service);
+    await receiver.close();
+    await issuer.close();
+    await play.close();
+    await storeaApi.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
