@@ -1,0 +1,494 @@
+/**
+ * The operator's documentation against the source: every configuration variable, log message,
+ * error code and CLI command the code has must be documented, and nothing documented may be
+ * unknown to the code. The lists are derived from the source files themselves, so a variable or
+ * a log message added later without documentation fails this test.
+ */
+import assert from "node:assert/strict";
+import { parseDuration } from "../src/config.ts";
+
+const ROOT = new URL("../", import.meta.url);
+
+function read(path: string): string {
+  return Deno.readTextFileSync(new URL(path, ROOT));
+}
+
+/** Every `.ts` file under `dir`, as paths relative to the repository root. */
+function sourceFiles(dir: string): string[] {
+  const files: string[] = [];
+  for (const entry of Deno.readDirSync(new URL(`${dir}/`, ROOT))) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory) files.push(...sourceFiles(path));
+    else if (entry.isFile && entry.name.endsWith(".ts")) files.push(path);
+  }
+  return files.sort();
+}
+
+function matchesOf(text: string, pattern: RegExp, group = 1): string[] {
+  return [...text.matchAll(pattern)].map((match) => match[group]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading Markdown
+
+/** The lines of `markdown` with fenced code blocks blanked, so `# comments` in them are not headings. */
+function proseLines(markdown: string): string[] {
+  let fenced = false;
+  return markdown.split("\n").map((line) => {
+    if (/^\s*```/.test(line)) {
+      fenced = !fenced;
+      return "";
+    }
+    return fenced ? "" : line;
+  });
+}
+
+/** The text under `heading` (e.g. `### All variables`) up to the next heading of its level or above. */
+function section(markdown: string, heading: string): string {
+  const level = heading.indexOf(" ");
+  const lines = proseLines(markdown);
+  const start = lines.indexOf(heading);
+  assert.notEqual(start, -1, `docs/operations.md has no heading "${heading}"`);
+  const end = lines.findIndex((line, i) => {
+    if (i <= start) return false;
+    const match = /^(#+) /.exec(line);
+    return match !== null && match[1].length <= level;
+  });
+  return lines.slice(start + 1, end === -1 ? undefined : end).join("\n");
+}
+
+/** The body rows of every table in `text` (header and separator lines left out), as cells. */
+function tableRows(text: string): string[][] {
+  const lines = text.split("\n").filter((line) => line.startsWith("|"));
+  const separator = (line: string) => /^\|\s*:?-{3,}/.test(line);
+  return lines
+    .filter((line, i) => !separator(line) && !separator(lines[i + 1] ?? ""))
+    .map((line) =>
+      line.trim().replace(/^\||\|$/g, "").split(/(?<!\\)\|/).map((cell) => cell.trim())
+    );
+}
+
+/** The backticked name in a table's first cell (`` `PORT` `` -> `PORT`), or null. */
+function nameCell(cell: string): string | null {
+  const match = /^`([^`]+)`$/.exec(cell);
+  return match ? match[1] : null;
+}
+
+/** GitHub's anchor of a heading. */
+function slug(heading: string): string {
+  return heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-");
+}
+
+function anchorsOf(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const anchors = new Set<string>();
+  for (const line of proseLines(markdown)) {
+    const match = /^#{1,6} (.+)$/.exec(line);
+    if (!match) continue;
+    const base = slug(match[1]);
+    const count = seen.get(base) ?? 0;
+    seen.set(base, count + 1);
+    anchors.add(count === 0 ? base : `${base}-${count}`);
+  }
+  return anchors;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the source says
+
+const operations = read("docs/operations.md");
+const readme = read("README.md");
+const configSource = read("src/config.ts");
+const allSources = [...sourceFiles("src"), "main.ts"];
+
+/** Every environment variable the service reads: through config.ts, or directly anywhere. */
+function configVariables(): string[] {
+  const names = new Set([
+    ...matchesOf(configSource, /\bvalue\(\s*"([A-Z][A-Z0-9_]*)"\s*\)/g),
+    ...matchesOf(configSource, /new ConfigError\(\s*"([A-Z][A-Z0-9_]*)"/g),
+  ]);
+  for (const file of allSources) {
+    const text = read(file);
+    for (const name of matchesOf(text, /Deno\.env\.get\(\s*"([A-Z][A-Z0-9_]*)"\s*\)/g)) {
+      names.add(name);
+    }
+    for (const name of matchesOf(text, /process\.env\.([A-Z][A-Z0-9_]*)/g)) names.add(name);
+  }
+  return [...names].sort();
+}
+
+/** Literal defaults: `value("X") ?? "default"`. */
+function literalDefaults(): Map<string, string> {
+  const defaults = new Map<string, string>();
+  for (const match of configSource.matchAll(/value\("([A-Z0-9_]+)"\)\s*\?\?\s*"([^"]+)"/g)) {
+    defaults.set(match[1], match[2]);
+  }
+  return defaults;
+}
+
+/** Integer bounds: `integer("X", ..., min, max)`. */
+function integerBounds(): Map<string, [number, number]> {
+  const bounds = new Map<string, [number, number]>();
+  const pattern = /integer\(\s*"([A-Z0-9_]+)",[^;]*?,\s*([\d.e]+),\s*([\d.e]+),?\s*\)/g;
+  for (const match of configSource.matchAll(pattern)) {
+    bounds.set(match[1], [Number(match[2]), Number(match[3])]);
+  }
+  return bounds;
+}
+
+/** Every log message written through the logger, with the levels it is written at. */
+function logMessages(): Map<string, Set<string>> {
+  const messages = new Map<string, Set<string>>();
+  const add = (msg: string, level: string) => {
+    if (!messages.has(msg)) messages.set(msg, new Set());
+    messages.get(msg)!.add(level);
+  };
+  for (const file of allSources) {
+    if (file === "src/log.ts") continue; // the logger itself
+    const text = read(file);
+    const byMethod = /(?<!console)\.(debug|info|warn|error|fatal)\(\s*"([a-z][a-z0-9_]*)"/g;
+    for (const match of text.matchAll(byMethod)) add(match[2], match[1]);
+    const byLevel = /\.log\(\s*"(debug|info|warn|error|fatal)",\s*"([a-z][a-z0-9_]*)"/g;
+    for (const match of text.matchAll(byLevel)) add(match[2], match[1]);
+  }
+  return messages;
+}
+
+/** The API's error codes and statuses (`ERROR_STATUS` in src/errors.ts). */
+function errorStatuses(): Map<string, number> {
+  const block = /ERROR_STATUS = \{([\s\S]*?)\}/.exec(read("src/errors.ts"));
+  assert.ok(block, "src/errors.ts has no ERROR_STATUS table");
+  const statuses = new Map<string, number>();
+  for (const match of block[1].matchAll(/([A-Z][A-Z_]+):\s*(\d{3})/g)) {
+    statuses.set(match[1], Number(match[2]));
+  }
+  return statuses;
+}
+
+/** Domain codes: the `valid: false` results of the verify modules. */
+function domainCodes(): string[] {
+  const codes = new Set<string>();
+  for (const file of allSources.filter((path) => path.endsWith("/verify.ts"))) {
+    for (const code of matchesOf(read(file), /\berror:\s*"([A-Z][A-Z_]+)"/g)) codes.add(code);
+  }
+  return [...codes].sort();
+}
+
+/** The files `entries` import, transitively through relative imports, `entries` included. */
+function importClosure(entries: string[]): string[] {
+  const seen = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const specifier of matchesOf(read(file), /from\s+"(\.{1,2}\/[^"]+\.ts)"/g)) {
+      const resolved = new URL(specifier, new URL(file, ROOT)).href.slice(ROOT.href.length);
+      visit(resolved);
+    }
+  };
+  entries.forEach(visit);
+  return [...seen].sort();
+}
+
+/** The codes a CLI command can print as `error`. */
+function cliCodes(): string[] {
+  const cli = read("src/cli/mod.ts");
+  const codes = new Set([
+    ...matchesOf(cli, /new CommandError\(\s*"([A-Z][A-Z_]+)"/g),
+    ...matchesOf(cli, /"(COMMAND_FAILED)"/g),
+    ...matchesOf(read("main.ts"), /\berror:\s*"([A-Z][A-Z_]+)"/g),
+  ]);
+  // Errors of the modules the CLI runs carry their own code, which it prints as is.
+  for (const file of importClosure(["src/cli/mod.ts"])) {
+    for (const code of matchesOf(read(file), /readonly code = "([A-Z][A-Z_]+)"/g)) codes.add(code);
+  }
+  return [...codes].sort();
+}
+
+/** The CLI's commands: the keys of `COMMANDS`, and `serve`. */
+function cliCommands(): string[] {
+  const cli = read("src/cli/mod.ts");
+  const block = /const COMMANDS[^=]*= \{([\s\S]*?)\n\};/.exec(cli);
+  assert.ok(block, "src/cli/mod.ts has no COMMANDS table");
+  const names = matchesOf(block[1], /^ {2}"([a-z]+(?: [a-z-]+)?)":/gm);
+  if (/command === "serve"/.test(read("main.ts"))) names.push("serve");
+  return names.sort();
+}
+
+/** A systemd time span (`60s`, `1min 30s`, `90`) in milliseconds. */
+function systemdSpan(text: string): number {
+  const units: Record<string, number> = {
+    ms: 1,
+    msec: 1,
+    "": 1000,
+    s: 1000,
+    sec: 1000,
+    second: 1000,
+    seconds: 1000,
+    m: 60_000,
+    min: 60_000,
+    minute: 60_000,
+    minutes: 60_000,
+    h: 3_600_000,
+    hr: 3_600_000,
+    hour: 3_600_000,
+    hours: 3_600_000,
+  };
+  let total = 0;
+  const parts = [...text.trim().matchAll(/(\d+(?:\.\d+)?)\s*([a-z]*)/g)];
+  assert.ok(parts.length > 0, `"${text}" is not a time span`);
+  for (const [, value, unit] of parts) {
+    assert.ok(unit in units, `unknown time unit "${unit}" in "${text}"`);
+    total += Number(value) * units[unit];
+  }
+  return total;
+}
+
+/** `Key=value` settings of a unit file (the last one wins, as in systemd). */
+function unitSettings(unit: string): Map<string, string[]> {
+  const settings = new Map<string, string[]>();
+  for (const line of unit.split("\n")) {
+    const match = /^([A-Za-z]+)=(.*)$/.exec(line.trim());
+    if (!match) continue;
+    if (!settings.has(match[1])) settings.set(match[1], []);
+    settings.get(match[1])!.push(match[2]);
+  }
+  return settings;
+}
+
+/** Variables set (not commented out) in the example environment file. */
+function exampleValues(example: string): Map<string, string> {
+  const values = new Map<string, string>();
+  for (const match of example.matchAll(/^([A-Z][A-Z0-9_]*)=(.*)$/gm)) {
+    values.set(match[1], match[2].trim());
+  }
+  return values;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+
+Deno.test("docs: the configuration table lists exactly the variables of src/config.ts", () => {
+  const variables = configVariables();
+  assert.ok(variables.length >= 20, `only ${variables.length} variables found in the source`);
+  for (const expected of ["PORT", "DATABASE_URL", "ENCRYPTION_KEY", "SHUTDOWN_TIMEOUT"]) {
+    assert.ok(variables.includes(expected), `${expected} not found in src/config.ts`);
+  }
+
+  const rows = tableRows(section(operations, "### All variables"));
+  const documented = rows.map((row) => nameCell(row[0]));
+  assert.ok(!documented.includes(null), "every row of the table names one variable in backticks");
+  const missing = variables.filter((name) => !documented.includes(name));
+  const unknown = documented.filter((name) => !variables.includes(name!));
+  assert.deepEqual(
+    { missing, unknown },
+    { missing: [], unknown: [] },
+    "docs/operations.md 'All variables' must list exactly the variables the service reads",
+  );
+  assert.equal(new Set(documented).size, documented.length, "a variable is listed twice");
+
+  const rowOf = new Map(rows.map((row) => [nameCell(row[0])!, row]));
+  for (const row of rows) {
+    assert.equal(row.length, 4, `${row[0]}: expected Variable | Default | Meaning | Valid values`);
+  }
+  for (const [name, value] of literalDefaults()) {
+    assert.ok(
+      rowOf.get(name)![1].includes(`\`${value}\``),
+      `${name}: the documented default should show \`${value}\`, as in src/config.ts`,
+    );
+  }
+  for (const [name, [min, max]] of integerBounds()) {
+    const valid = rowOf.get(name)![3];
+    for (const bound of [min, max]) {
+      assert.ok(
+        valid.includes(String(bound)) || valid.includes(bound.toLocaleString("en-US")),
+        `${name}: the valid values should mention ${bound}, as in src/config.ts`,
+      );
+    }
+  }
+});
+
+Deno.test("docs: the example environment file lists every variable", () => {
+  const example = read("deploy/purchase-relay.env.example");
+  const listed = new Set(matchesOf(example, /^#?([A-Z][A-Z0-9_]*)=/gm));
+  const variables = configVariables();
+  for (const name of variables) {
+    assert.ok(listed.has(name), `deploy/purchase-relay.env.example does not mention ${name}`);
+  }
+  for (const name of listed) {
+    assert.ok(variables.includes(name), `deploy/purchase-relay.env.example: ${name} is not read`);
+  }
+});
+
+Deno.test("docs: every log message of the source has its row, with its level", () => {
+  const messages = logMessages();
+  assert.ok(messages.size >= 15, `only ${messages.size} log messages found in the source`);
+  for (const expected of ["listening", "shutdown", "http_request", "startup_failed"]) {
+    assert.ok(messages.has(expected), `log message ${expected} not found in the source`);
+  }
+
+  const rows = tableRows(section(operations, "### Log messages"));
+  const levelsOf = new Map<string, Set<string>>();
+  for (const row of rows) {
+    const msg = nameCell(row[0]);
+    assert.ok(msg !== null, `log table row without a message: ${row.join(" | ")}`);
+    if (!levelsOf.has(msg)) levelsOf.set(msg, new Set());
+    levelsOf.get(msg)!.add(row[1]);
+  }
+  for (const [msg, levels] of messages) {
+    assert.ok(
+      levelsOf.has(msg),
+      `log message "${msg}" is not in docs/operations.md 'Log messages'`,
+    );
+    for (const level of levels) {
+      assert.ok(
+        levelsOf.get(msg)!.has(level),
+        `log message "${msg}" is written at level ${level}; the table says ${[
+          ...levelsOf.get(msg)!,
+        ]}`,
+      );
+    }
+  }
+  for (const msg of levelsOf.keys()) {
+    assert.ok(messages.has(msg), `the log table lists "${msg}", which the source never writes`);
+  }
+});
+
+Deno.test("docs: every error code of the API has a troubleshooting row", () => {
+  const statuses = errorStatuses();
+  const domain = domainCodes();
+  assert.ok(statuses.size >= 10, `only ${statuses.size} codes found in src/errors.ts`);
+  for (const expected of ["UNAUTHENTICATED", "RATE_LIMITED", "INTERNAL_ERROR"]) {
+    assert.ok(statuses.has(expected), `${expected} not found in src/errors.ts`);
+  }
+  for (const expected of ["TRANSACTION_NOT_FOUND", "PACKAGE_NAME_MISMATCH"]) {
+    assert.ok(domain.includes(expected), `${expected} not found in the verify modules`);
+  }
+
+  const rows = tableRows(section(operations, "### By error code"));
+  const rowOf = new Map(rows.map((row) => [nameCell(row[0]), row]));
+  for (const [code, status] of statuses) {
+    const row = rowOf.get(code);
+    assert.ok(row, `error code ${code} has no row in docs/operations.md 'By error code'`);
+    assert.ok(
+      row[1].startsWith(String(status)),
+      `${code}: the client sees ${status}, the table says "${row[1]}"`,
+    );
+  }
+  for (const code of domain) {
+    const row = rowOf.get(code);
+    assert.ok(row, `domain code ${code} has no row in docs/operations.md 'By error code'`);
+    assert.ok(row[1].startsWith("200"), `${code}: a domain result is HTTP 200`);
+  }
+});
+
+Deno.test("docs: every CLI error code has a troubleshooting row", () => {
+  const codes = cliCodes();
+  assert.ok(codes.length >= 12, `only ${codes.length} CLI codes found in the source`);
+  for (
+    const expected of ["USAGE", "TENANT_NOT_FOUND", "ENCRYPTION_KEY_MISMATCH", "CONFIG_INVALID"]
+  ) {
+    assert.ok(codes.includes(expected), `CLI code ${expected} not found in the source`);
+  }
+  const documented = new Set(
+    tableRows(section(operations, "### CLI errors")).map((row) => nameCell(row[0])),
+  );
+  for (const code of codes) {
+    assert.ok(
+      documented.has(code),
+      `CLI code ${code} has no row in docs/operations.md 'CLI errors'`,
+    );
+  }
+});
+
+Deno.test("docs: every CLI command is documented", () => {
+  const commands = cliCommands();
+  assert.ok(commands.length >= 15, `only ${commands.length} CLI commands found`);
+  for (const expected of ["serve", "migrate", "version", "tenant create", "deliveries retry"]) {
+    assert.ok(commands.includes(expected), `CLI command ${expected} not found in the source`);
+  }
+  const docs = `${readme}\n${operations}`;
+  for (const command of commands) {
+    assert.ok(
+      docs.includes(`\`${command} `) || docs.includes(`\`${command}\``),
+      `CLI command "${command}" is in neither README.md nor docs/operations.md`,
+    );
+  }
+});
+
+Deno.test("docs: the systemd unit runs serve and outlasts the shutdown drain", () => {
+  const unit = read("deploy/purchase-relay.service");
+  const settings = unitSettings(unit);
+  const setting = (name: string) => {
+    const values = settings.get(name);
+    assert.ok(values, `deploy/purchase-relay.service has no ${name}=`);
+    return values.at(-1)!;
+  };
+
+  const execStart = setting("ExecStart").split(/\s+/);
+  assert.match(execStart[0], /\/purchase-relay$/);
+  assert.deepEqual(execStart.slice(1), ["serve"], "ExecStart runs `purchase-relay serve`");
+  assert.notEqual(setting("User"), "root");
+  assert.equal(setting("EnvironmentFile"), "/etc/purchase-relay/env");
+  assert.equal(setting("Restart"), "on-failure");
+  assert.equal(setting("ProtectSystem"), "strict");
+  assert.equal(setting("NoNewPrivileges"), "yes");
+  for (const name of ["StateDirectory", "ReadWritePaths", "ProtectHome", "PrivateTmp"]) {
+    setting(name);
+  }
+  assert.ok(Number(setting("LimitNOFILE")) >= 4096, "LimitNOFILE");
+  const dataDir = settings.get("Environment")!.find((value) => value.startsWith("DATA_DIR="));
+  assert.equal(dataDir, `DATA_DIR=/var/lib/${setting("StateDirectory")}`);
+
+  // The drain: requests (SHUTDOWN_TIMEOUT), a request still running after it (UPSTREAM_TIMEOUT),
+  // delivery attempts in flight (DELIVERY_TIMEOUT), then closing the database.
+  const defaults = literalDefaults();
+  const example = exampleValues(read("deploy/purchase-relay.env.example"));
+  const durationOf = (name: string) => {
+    const text = example.get(name) || defaults.get(name);
+    assert.ok(text, `no default for ${name} in src/config.ts`);
+    const ms = parseDuration(text);
+    assert.ok(ms !== null, `${name}: "${text}" is not a duration`);
+    return ms;
+  };
+  const close = /close: \(\) => sql\.end\(\{ timeout: (\d+) \}\)/.exec(read("src/db/connect.ts"));
+  assert.ok(close, "src/db/connect.ts: the database close timeout was not found");
+  const drainMs = durationOf("SHUTDOWN_TIMEOUT") + durationOf("UPSTREAM_TIMEOUT") +
+    durationOf("DELIVERY_TIMEOUT") + Number(close[1]) * 1000;
+  assert.ok(drainMs >= 30_000, `the drain bound looks too small: ${drainMs} ms`);
+  const stopMs = systemdSpan(setting("TimeoutStopSec"));
+  assert.ok(
+    stopMs > drainMs,
+    `TimeoutStopSec (${stopMs} ms) must exceed the shutdown drain (${drainMs} ms)`,
+  );
+});
+
+Deno.test("docs: operations.md shows the deploy files as they are", () => {
+  for (
+    const [path, lang] of [
+      ["deploy/purchase-relay.service", "ini"],
+      ["deploy/purchase-relay.env.example", "sh"],
+    ]
+  ) {
+    assert.ok(
+      operations.includes("```" + lang + "\n" + read(path) + "```"),
+      `docs/operations.md must show ${path} verbatim in a \`\`\`${lang} block`,
+    );
+  }
+});
+
+Deno.test("docs: links to operations.md sections resolve", () => {
+  const anchors = anchorsOf(operations);
+  assert.ok(anchors.has("all-variables") && anchors.has("log-messages"));
+  for (const target of matchesOf(operations, /\]\(#([^)]+)\)/g)) {
+    assert.ok(anchors.has(target), `docs/operations.md links to #${target}, which does not exist`);
+  }
+  const others = ["README.md"];
+  for (const entry of Deno.readDirSync(new URL("docs/", ROOT))) {
+    if (entry.isFile && entry.name.endsWith(".md")) others.push(`docs/${entry.name}`);
+  }
+  for (const file of others) {
+    for (const target of matchesOf(read(file), /operations\.md#([^)\s]+)\)/g)) {
+      assert.ok(anchors.has(target), `${file} links to operations.md#${target}, which is gone`);
+    }
+  }
+});
