@@ -22,6 +22,7 @@ import { parseArgs } from "node:util";
 import {
   beginRun,
   exitWithError,
+  formatTable,
   LOAD_FLAGS,
   type LoadOptions,
   loadOptionsFromFlags,
@@ -146,16 +147,22 @@ export async function runHealthBenchmark(
 
 /** The markdown table of a result. */
 export function formatHealthTable(result: HealthBenchmarkResult): string {
-  const row = (target: TargetResult, ratio: string) =>
-    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
-      target.p99Ms.toFixed(2)
-    } | ${target.rssMb.toFixed(1)} | ${ratio} |`;
-  return [
-    "| server | req/s | p50 ms | p99 ms | RSS MB | req/s vs bare |",
-    "| --- | ---: | ---: | ---: | ---: | ---: |",
-    row(result.bare, "1.00"),
-    row(result.service, result.ratio.toFixed(2)),
-  ].join("\n");
+  const row = (target: TargetResult, ratio: string) => [
+    target.name,
+    target.requestsPerSecond.toFixed(0),
+    target.p50Ms.toFixed(2),
+    target.p99Ms.toFixed(2),
+    target.rssMb.toFixed(1),
+    ratio,
+  ];
+  return formatTable([
+    { header: "server" },
+    { header: "req/s", numeric: true },
+    { header: "p50 ms", numeric: true },
+    { header: "p99 ms", numeric: true },
+    { header: "RSS MB", numeric: true },
+    { header: "req/s vs bare", numeric: true },
+  ], [row(result.bare, "1.00"), row(result.service, result.ratio.toFixed(2))]);
 }
 
 /** One line per goal, saying whether it is met. */

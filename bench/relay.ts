@@ -53,6 +53,7 @@ import {
   createDatabase,
   exitWithError,
   formatComparisonTable,
+  formatTable,
   LOAD_FLAGS,
   type LoadMeasurement,
   type LoadOptions,
@@ -390,6 +391,35 @@ export async function runRelayBenchmark(
 export function formatRelayTable(result: RelayBenchmarkResult): string {
   // Three decimals: the service's share of the baseline's req/s is around 1%.
   return formatComparisonTable(result, { rpsRatioDigits: 3 });
+}
+
+/** The markdown table of the deliveries: none lost, how fast they went, how long they waited. */
+export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
+  const { delivery: d } = result;
+  const count = (n: number) => n.toLocaleString("en-US");
+  const rate = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : "-");
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  return formatTable([{ header: "deliveries" }, { header: "this run" }], [
+    ["accepted (rows in `events`)", count(d.accepted)],
+    ["delivered rows / received by the sink", `${count(d.delivered)} / ${count(d.sink.distinct)}`],
+    [
+      "lost, duplicates, bad signatures, failed tries",
+      [Math.max(d.lostRows, d.lostAtSink), d.sink.duplicates, d.sink.invalid, d.failedAttempts]
+        .join(", "),
+    ],
+    [
+      "accepted / delivered per second in the run",
+      `${rate(d.run.acceptedPerSecond)} / ${rate(d.run.deliveredPerSecond)}`,
+    ],
+    [
+      "backlog (accepted, not delivered), start -> end",
+      `${count(d.run.backlogAtStart)} -> ${count(d.run.backlogAtEnd)}`,
+    ],
+    ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
+    ["deliveries per second while draining", rate(d.drain.perSecond)],
+    ["deliveries per second, first to last", rate(d.overallPerSecond)],
+    ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
+  ]);
 }
 
 /** The deliveries, the CPU and the log, one line each. */
@@ -1046,6 +1076,8 @@ if (import.meta.main) {
   const print = (result: RelayBenchmarkResult) => {
     console.log("## POST /v1/webhooks/storea/:tenantId\n");
     console.log(formatRelayTable(result));
+    console.log();
+    console.log(formatRelayDeliveryTable(result));
     console.log();
     console.log(formatRelaySummary(result));
     if (values.json) console.log(JSON.stringify(result, null, 2));

@@ -23,7 +23,7 @@ import { parseArgs } from "node:util";
 import { Buffer } from "node:buffer";
 import { X509Certificate } from "node:crypto";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
-import { type Progress, writeProgress } from "./support.ts";
+import { formatTable, type Progress, writeProgress } from "./support.ts";
 
 type AppleLibrary = typeof import("./apple_store_server_library.d.ts");
 
@@ -186,16 +186,18 @@ export async function runJwsBenchmark(
 
 /** The markdown table of a result. */
 export function formatJwsTable(result: JwsBenchmarkResult): string {
-  const row = (timing: VerifierTiming, ratio: string) =>
-    `| ${timing.name} | ${timing.opsPerSecond.toFixed(0)} | ${
-      timing.meanMicros.toFixed(0)
-    } | ${ratio} |`;
-  return [
-    "| verifier | verifications/s | mean µs | vs Apple's |",
-    "| --- | ---: | ---: | ---: |",
-    row(result.ours, result.ratio.toFixed(2)),
-    row(result.apple, "1.00"),
-  ].join("\n");
+  const row = (timing: VerifierTiming, ratio: string) => [
+    timing.name,
+    timing.opsPerSecond.toFixed(0),
+    timing.meanMicros.toFixed(0),
+    ratio,
+  ];
+  return formatTable([
+    { header: "verifier" },
+    { header: "verifications/s", numeric: true },
+    { header: "mean µs", numeric: true },
+    { header: "vs Apple's", numeric: true },
+  ], [row(result.ours, result.ratio.toFixed(2)), row(result.apple, "1.00")]);
 }
 
 /** The goal line and the context figures. */

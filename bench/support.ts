@@ -1,10 +1,11 @@
 /**
- * What the load benchmarks (`bench/health.ts`, `bench/verify.ts`, `bench/relay.ts`) share: their
- * flags and options; starting a `deno` server (the service or a baseline) pinned to one core and
- * stopping it; a temporary PostgreSQL database and a tenant's store A credentials made through the
- * CLI; reading a process's memory and CPU time and each core's busy time from `/proc`, also while
- * a load runs; running `wrk` pinned to another core and reading its report; and the table that
- * sets a server beside its baseline.
+ * What the benchmarks (`bench/health.ts`, `bench/verify.ts`, `bench/relay.ts`,
+ * `bench/storea_jws.ts`, `bench/cold_start.ts`, and `bench/all.ts`, which runs them all) share:
+ * their flags and options; starting a `deno` server (the service or a baseline) pinned to one core
+ * and stopping it; a temporary PostgreSQL database and a tenant's store A credentials made through
+ * the CLI; reading a process's memory and CPU time and each core's busy time from `/proc`, also
+ * while a load runs; running `wrk` pinned to another core and reading its report; percentiles;
+ * and the markdown tables, among them the one that sets a server beside its baseline.
  *
  * Deno refuses to read `/proc/<pid>/` without `--allow-all`, so the `/proc` readings go through
  * `cat` and `readlink`.
@@ -140,11 +141,27 @@ export async function busyBeforeRun(cores: Cores, progress: Progress): Promise<C
   return busy;
 }
 
-/** The machine a run was made on. */
-export interface Machine {
+/** The computer a benchmark runs on, as far as it can be read without extra permissions. */
+export interface Host {
+  /** Logical cores. */
   cpus: number;
+  /** Operating system, kernel release and architecture, e.g. `linux 6.18.0 x86_64`. */
   os: string;
+  /** Deno's version. */
   deno: string;
+}
+
+/** This computer: cores, operating system and Deno's version. */
+export function describeHost(): Host {
+  return {
+    cpus: navigator.hardwareConcurrency,
+    os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
+    deno: Deno.version.deno,
+  };
+}
+
+/** The machine a load run was made on. */
+export interface Machine extends Host {
   wrk: string;
   /**
    * How busy the server's and wrk's cores were over one second before the run began (0 to 1):
@@ -155,13 +172,7 @@ export interface Machine {
 
 /** This machine, with the wrk version of {@linkcode checkTools} and {@linkcode busyBeforeRun}. */
 export function describeMachine(wrk: string, busyBefore: CoresBusy): Machine {
-  return {
-    cpus: navigator.hardwareConcurrency,
-    os: `${Deno.build.os} ${Deno.osRelease()} ${Deno.build.arch}`,
-    deno: Deno.version.deno,
-    wrk,
-    busyBefore,
-  };
+  return { ...describeHost(), wrk, busyBefore };
 }
 
 /** When a run began, and on what machine. */
@@ -920,7 +931,76 @@ export function parseWrk(text: string, latency = true): WrkFigures {
   };
 }
 
+// --- statistics ----------------------------------------------------------------------------------
+
+/**
+ * The `p`-th percentile (0 to 100) of `values`, interpolated linearly between the two nearest
+ * ranks (so the 50th of an even count is the mean of the middle two). NaN for no values.
+ */
+export function percentile(values: readonly number[], p: number): number {
+  if (!(p >= 0 && p <= 100)) throw new RangeError(`a percentile is between 0 and 100, got ${p}`);
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = (p / 100) * (sorted.length - 1);
+  const below = Math.floor(rank);
+  const above = Math.ceil(rank);
+  return sorted[below] + (sorted[above] - sorted[below]) * (rank - below);
+}
+
+/** The least, middle and greatest of some measurements. */
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+/** The {@linkcode Spread} of `values`; NaN in each field for no values. */
+export function spread(values: readonly number[]): Spread {
+  return {
+    min: percentile(values, 0),
+    median: percentile(values, 50),
+    max: percentile(values, 100),
+  };
+}
+
 // --- tables --------------------------------------------------------------------------------------
+
+/** A column of {@linkcode formatTable}: its header, and whether its cells are numbers. */
+export interface Column {
+  header: string;
+  /** Numbers are aligned right; text (the default) left. */
+  numeric?: boolean;
+}
+
+/**
+ * A markdown table with its columns padded to one width, as `deno fmt` lays tables out, so that
+ * it reads as well on a terminal as in the rendered page.
+ */
+export function formatTable(columns: readonly Column[], rows: readonly string[][]): string {
+  for (const row of rows) {
+    if (row.length !== columns.length) {
+      throw new Error(`a row has ${row.length} cells for ${columns.length} columns: ${row}`);
+    }
+  }
+  const length = (text: string) => [...text].length;
+  const widths = columns.map((column, i) =>
+    Math.max(3, length(column.header), ...rows.map((row) => length(row[i])))
+  );
+  const pad = (text: string, i: number) => {
+    const fill = " ".repeat(widths[i] - length(text));
+    return columns[i].numeric ? fill + text : text + fill;
+  };
+  const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
+  return [
+    line(columns.map((column, i) => pad(column.header, i))),
+    line(
+      widths.map((width, i) =>
+        columns[i].numeric ? `${"-".repeat(width - 1)}:` : "-".repeat(width)
+      ),
+    ),
+    ...rows.map((row) => line(row.map(pad))),
+  ].join("\n");
+}
 
 /** A server's row in {@linkcode formatComparisonTable}. */
 export interface ComparedServer extends WrkFigures {
@@ -945,20 +1025,33 @@ export interface ComparisonTableOptions {
   rpsRatioDigits?: number;
 }
 
+const COMPARISON_COLUMNS: Column[] = [
+  { header: "server" },
+  { header: "req/s", numeric: true },
+  { header: "p50 ms", numeric: true },
+  { header: "p99 ms", numeric: true },
+  { header: "peak RSS MB", numeric: true },
+  { header: "req/s vs baseline", numeric: true },
+  { header: "p99 vs baseline", numeric: true },
+];
+
 /** The markdown table of the baseline and the service, with the service's ratios to it. */
 export function formatComparisonTable(
   comparison: Comparison,
   options: ComparisonTableOptions = {},
 ): string {
   const digits = options.rpsRatioDigits ?? 2;
-  const row = (target: ComparedServer, rps: string, p99: string) =>
-    `| ${target.name} | ${target.requestsPerSecond.toFixed(0)} | ${target.p50Ms.toFixed(2)} | ${
-      target.p99Ms.toFixed(2)
-    } | ${target.peakRssMb.toFixed(1)} | ${rps} | ${p99} |`;
-  return [
-    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+  const row = (target: ComparedServer, rps: string, p99: string) => [
+    target.name,
+    target.requestsPerSecond.toFixed(0),
+    target.p50Ms.toFixed(2),
+    target.p99Ms.toFixed(2),
+    target.peakRssMb.toFixed(1),
+    rps,
+    p99,
+  ];
+  return formatTable(COMPARISON_COLUMNS, [
     row(comparison.bare, (1).toFixed(digits), "1.00"),
     row(comparison.service, comparison.rpsRatio.toFixed(digits), comparison.p99Ratio.toFixed(2)),
-  ].join("\n");
+  ]);
 }

@@ -1,13 +1,28 @@
-/** The pure helpers of support.ts with plain inputs, and scanStdout on a real file. */
+/**
+ * The pure helpers of bench/support.ts and bench/report.ts with plain inputs, and scanStdout on a
+ * real file.
+ */
 import assert from "node:assert/strict";
 import {
   formatComparisonTable,
+  formatTable,
   loadOptionsFromFlags,
   loadSettings,
   parseWrk,
   pct,
+  percentile,
   scanStdout,
+  spread,
 } from "../bench/support.ts";
+import {
+  formatDate,
+  formatRunCaption,
+  MarkerError,
+  markers,
+  replaceSection,
+  replaceSections,
+} from "../bench/report.ts";
+import { parseOnly } from "../bench/all.ts";
 
 const WRK_REPORT = `Running 10s test @ http://127.0.0.1:8080/health
   2 threads and 100 connections
@@ -78,25 +93,43 @@ Deno.test("formatComparisonTable sets the service beside its baseline", () => {
     rpsRatio: 0.0124,
     p99Ratio: 2.5,
   };
-  const header = [
-    "| server | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-  ];
   assert.equal(
     formatComparisonTable(comparison),
     [
-      ...header,
-      "| bare | 1000 | 1.00 | 2.00 | 50.0 | 1.00 | 1.00 |",
-      "| service | 12 | 3.46 | 5.00 | 80.3 | 0.01 | 2.50 |",
+      "| server  | req/s | p50 ms | p99 ms | peak RSS MB | req/s vs baseline | p99 vs baseline |",
+      "| ------- | ----: | -----: | -----: | ----------: | ----------------: | --------------: |",
+      "| bare    |  1000 |   1.00 |   2.00 |        50.0 |              1.00 |            1.00 |",
+      "| service |    12 |   3.46 |   5.00 |        80.3 |              0.01 |            2.50 |",
     ].join("\n"),
   );
+  assert.deepEqual(
+    formatComparisonTable(comparison, { rpsRatioDigits: 3 }).split("\n").slice(2).map((row) =>
+      row.split("|").at(-3)!.trim()
+    ),
+    ["1.000", "0.012"],
+  );
+});
+
+Deno.test("formatTable pads every column to its widest cell, numbers to the right", () => {
   assert.equal(
-    formatComparisonTable(comparison, { rpsRatioDigits: 3 }).split("\n").slice(2).join("\n"),
+    formatTable([{ header: "a" }, { header: "mean µs", numeric: true }], [["long name", "7"]]),
     [
-      "| bare | 1000 | 1.00 | 2.00 | 50.0 | 1.000 | 1.00 |",
-      "| service | 12 | 3.46 | 5.00 | 80.3 | 0.012 | 2.50 |",
+      "| a         | mean µs |",
+      "| --------- | ------: |",
+      "| long name |       7 |",
     ].join("\n"),
   );
+  assert.throws(() => formatTable([{ header: "a" }], [["1", "2"]]), /2 cells for 1 columns/);
+});
+
+Deno.test("percentile interpolates between ranks; spread gives min, median and max", () => {
+  assert.equal(percentile([5, 1, 3], 50), 3);
+  assert.equal(percentile([4, 1, 3, 2], 50), 2.5);
+  assert.equal(percentile([10, 20], 99), 19.9);
+  assert.equal(percentile([7], 99), 7);
+  assert.ok(Number.isNaN(percentile([], 50)));
+  assert.throws(() => percentile([1], 101), RangeError);
+  assert.deepEqual(spread([30, 10, 20, 40]), { min: 10, median: 25, max: 40 });
 });
 
 Deno.test("pct rounds a share to a whole percentage", () => {
@@ -115,4 +148,95 @@ Deno.test("scanStdout counts bytes and http_request lines", async () => {
   } finally {
     await Deno.remove(path);
   }
+});
+
+const PAGE = [
+  "# Benchmarks",
+  "",
+  "Prose that stays.",
+  "",
+  "<!-- bench:health:begin -->",
+  "",
+  "| old | table |",
+  "",
+  "<!-- bench:health:end -->",
+  "",
+  "More prose, with <!-- a comment --> kept.",
+  "<!-- bench:cold-start:begin -->",
+  "<!-- bench:cold-start:end -->",
+  "",
+].join("\n");
+
+Deno.test("replaceSection replaces what is between one marker pair and nothing else", () => {
+  const rewritten = replaceSection(PAGE, "health", "\n| new | table |\n| --- | ----- |\n");
+  assert.equal(
+    rewritten,
+    PAGE.replace("| old | table |", "| new | table |\n| --- | ----- |"),
+  );
+  // Every character outside the pair is as it was.
+  const { begin, end } = markers("health");
+  const outside = (page: string) =>
+    page.slice(0, page.indexOf(begin)) + page.slice(page.indexOf(end));
+  assert.equal(outside(rewritten), outside(PAGE));
+  // Doing it again with the same content changes nothing.
+  assert.equal(replaceSection(rewritten, "health", "| new | table |\n| --- | ----- |"), rewritten);
+});
+
+Deno.test("replaceSection fills an empty pair and empties a full one", () => {
+  const filled = replaceSection(PAGE, "cold-start", "text");
+  assert.ok(
+    filled.includes("<!-- bench:cold-start:begin -->\n\ntext\n\n<!-- bench:cold-start:end -->"),
+  );
+  assert.equal(replaceSection(filled, "cold-start", "  \n"), PAGE);
+});
+
+Deno.test("replaceSection fails clearly on a missing, repeated or reversed marker", () => {
+  assert.throws(
+    () => replaceSection(PAGE, "relay", "x"),
+    (error: unknown) =>
+      error instanceof MarkerError && error.code === "BENCH_MARKER" &&
+      error.message.includes("the page has no <!-- bench:relay:begin -->"),
+  );
+  assert.throws(
+    () => replaceSection(PAGE.replace("<!-- bench:health:end -->", ""), "health", "x"),
+    /the page has no <!-- bench:health:end -->/,
+  );
+  assert.throws(
+    () => replaceSection(`${PAGE}<!-- bench:health:begin -->\n`, "health", "x"),
+    /<!-- bench:health:begin --> more than once/,
+  );
+  const reversed = "<!-- bench:jws:end -->\n<!-- bench:jws:begin -->\n";
+  assert.throws(() => replaceSection(reversed, "jws", "x"), /comes before/);
+  assert.throws(() => markers("Health table"), MarkerError);
+});
+
+Deno.test("replaceSections rewrites several pairs, or none when one is missing", () => {
+  const rewritten = replaceSections(PAGE, { health: "A", "cold-start": "B" });
+  assert.ok(rewritten.includes("begin -->\n\nA\n\n<!--"));
+  assert.ok(rewritten.includes("begin -->\n\nB\n\n<!--"));
+  assert.throws(() => replaceSections(PAGE, { health: "A", relay: "B" }), MarkerError);
+});
+
+Deno.test("formatRunCaption says when, at what commit, by what command and where", () => {
+  assert.equal(formatDate("2026-11-21T09:09:59.123Z"), "2026-11-21 09:09 UTC");
+  assert.throws(() => formatDate("yesterday"), RangeError);
+  assert.equal(
+    formatRunCaption({
+      startedAt: "2026-11-21T09:09:00Z",
+      command: "deno task bench --only health",
+      commit: "454b900",
+      machine: "2 cores, linux 6.18.0 x86_64, Deno 2.9.6",
+      busyBefore: { serverCore: 0.031, loadCore: 0.004 },
+    }),
+    "Last run: 2026-11-21 09:09 UTC, commit 454b900, `deno task bench --only health`, on 2 " +
+      "cores, linux 6.18.0 x86_64, Deno 2.9.6. Cores 0 and 1 were 3% and 0% busy in the second " +
+      "before it began.",
+  );
+});
+
+Deno.test("parseOnly keeps the run order and refuses unknown names", () => {
+  assert.deepEqual(parseOnly(undefined), ["health", "verify", "jws", "relay", "cold-start"]);
+  assert.deepEqual(parseOnly("cold-start, health,health"), ["health", "cold-start"]);
+  assert.throws(() => parseOnly("health,verfy"), /--only takes .*got "health,verfy"/);
+  assert.throws(() => parseOnly(","), /--only/);
 });
