@@ -925,6 +925,7 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
         { transactionId: "1".repeat(128) },
         { transactionId: "1".repeat(129) },
         { transactionId: "" },
+        { transactionId: ".." },
         { transactionId: 2000000000000201 },
         { transactionId: id, environment: "staging" },
         { transactionId: id, note: "unknown field" },
