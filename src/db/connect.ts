@@ -164,7 +164,10 @@ function embeddedClient(
     max: poolSize,
     // Connections share PGlite's one session, so statement names must not be reused.
     prepare: false,
-    connect_timeout: 5,
+    // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9
+    // must not time out there: a connection closed with a write pending and then reopened keeps
+    // a stale write timer and never flushes its next small message (its query hangs for good).
+    connect_timeout: 30,
     onnotice: () => {},
   });
   return {
