@@ -44,7 +44,7 @@ import {
   type Progress,
   readMemory,
   ROOT,
-  SERVICE_PERMISSIONS,
+  servicePermissions,
   type Spread,
   spread,
   writeProgress,
@@ -247,7 +247,7 @@ function timeServiceBoot(
   expect: { engine: "postgresql" | "embedded"; migrates: boolean },
 ): Promise<Boot> {
   return timeBoot(
-    ["run", ...SERVICE_PERMISSIONS, `--allow-write=${env.DATA_DIR}`, `${ROOT}/main.ts`, "serve"],
+    ["run", ...servicePermissions(env.DATA_DIR), `${ROOT}/main.ts`, "serve"],
     env,
     (records) => {
       const listening = records[records.length - 1];

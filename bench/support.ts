@@ -12,6 +12,7 @@
  * @module
  */
 import postgres from "postgres";
+import { servicePermissions } from "../src/permissions.ts";
 
 /** The repository root, which children run in and take their scripts from. */
 export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(
@@ -19,13 +20,7 @@ export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pa
   "",
 );
 
-/** The service's permissions, as in `deno task start`, less `--allow-write` (its data directory). */
-export const SERVICE_PERMISSIONS: readonly string[] = [
-  "--allow-net",
-  "--allow-env",
-  "--allow-read",
-  "--allow-sys=hostname,osRelease",
-];
+export { servicePermissions };
 
 const decoder = new TextDecoder();
 
@@ -364,8 +359,7 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
     core: options.core,
     args: [
       "run",
-      ...SERVICE_PERMISSIONS,
-      `--allow-write=${options.env.DATA_DIR}`,
+      ...servicePermissions(options.env.DATA_DIR),
       `${ROOT}/main.ts`,
       "serve",
     ],
@@ -482,8 +476,7 @@ export async function runCli(
   const output = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
-      ...SERVICE_PERMISSIONS,
-      `--allow-write=${env.DATA_DIR}`,
+      ...servicePermissions(env.DATA_DIR),
       `${ROOT}/main.ts`,
       ...args,
     ],

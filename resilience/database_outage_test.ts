@@ -16,6 +16,7 @@ import {
   reportFigures,
   sendNotification,
   type SendOutcome,
+  signedRenewal,
   sleep,
   TcpProxy,
   waitUntilAllAccepted,
@@ -123,12 +124,7 @@ async function outage(mode: "down" | "partition"): Promise<void> {
     traffic = (async () => {
       await forEachConcurrently([0, 1, 2, 3], 4, async () => {
         while (flowing) {
-          const payload = await fixture.signer.signNotification(
-            await fixture.signer.notificationPayload({
-              notificationType: "DID_RENEW",
-              transaction: fixture.signer.sampleTransaction({}),
-            }),
-          );
+          const payload = await signedRenewal(fixture.signer);
           const outcome = await sendNotification(
             service.url,
             tenantId,
@@ -159,12 +155,7 @@ async function outage(mode: "down" | "partition"): Promise<void> {
       { valid: verifyDuring.json.valid, error: verifyDuring.json.error },
       { valid: false, error: "INTERNAL_ERROR" },
     );
-    const lastPayload = await fixture.signer.signNotification(
-      await fixture.signer.notificationPayload({
-        notificationType: "DID_RENEW",
-        transaction: fixture.signer.sampleTransaction({}),
-      }),
-    );
+    const lastPayload = await signedRenewal(fixture.signer);
     const receiverDuring = await sendNotification(
       service.url,
       tenantId,

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { databaseOf, ENGINE, type RunningService, startService } from "../tests/helpers/service.ts";
 import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
 import {
+  acceptedPerEvent,
   forEachConcurrently,
   percentile,
   relayFixture,
@@ -54,11 +55,7 @@ Deno.test({
     await waitUntilAllAccepted(receiver, eventIds, 90_000);
     const deliveredMs = performance.now() - started;
     await sleep(2_500); // room for a duplicate to show up: longer than a retry delay
-    const perEvent = new Map<string, number>();
-    for (const delivery of receiver.accepted()) {
-      const id = delivery.headers["x-service-event-id"];
-      perEvent.set(id, (perEvent.get(id) ?? 0) + 1);
-    }
+    const perEvent = acceptedPerEvent(receiver);
     assert.equal(perEvent.size, NOTIFICATIONS, "every event delivered");
     assert.ok([...perEvent.keys()].every((id) => eventIds.has(id)), "nothing but these events");
     const twice = [...perEvent.values()].filter((n) => n > 1).length;

@@ -63,19 +63,20 @@ export async function relayTenant(
   return created.json.id;
 }
 
-/** Signs `count` distinct DID_RENEW notifications (signing is not what these tests measure). */
+/** A signed DID_RENEW notification of a fresh transaction, as the store sends it. */
+export async function signedRenewal(signer: StoreaSigner): Promise<string> {
+  return await signer.signNotification(
+    await signer.notificationPayload({
+      notificationType: "DID_RENEW",
+      transaction: signer.sampleTransaction({}),
+    }),
+  );
+}
+
+/** Signs `count` distinct notifications (signing is not what these tests measure). */
 export async function signedNotifications(signer: StoreaSigner, count: number): Promise<string[]> {
   const payloads: string[] = [];
-  for (let i = 0; i < count; i++) {
-    payloads.push(
-      await signer.signNotification(
-        await signer.notificationPayload({
-          notificationType: "DID_RENEW",
-          transaction: signer.sampleTransaction({}),
-        }),
-      ),
-    );
-  }
+  for (let i = 0; i < count; i++) payloads.push(await signedRenewal(signer));
   return payloads;
 }
 

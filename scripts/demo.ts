@@ -35,6 +35,7 @@ import {
   startCallbackReceiver,
 } from "../src/simulators/callback_receiver.ts";
 import { derToPem } from "../src/simulators/pem.ts";
+import { servicePermissions } from "../src/permissions.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const MAIN = join(ROOT, "main.ts");
@@ -200,17 +201,6 @@ async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Pr
   } finally {
     clearTimeout(timer);
   }
-}
-
-/** The permissions the service and the CLI run with: never -A, writes only in DATA_DIR. */
-function servicePermissions(dataDir: string): string[] {
-  return [
-    "--allow-net",
-    "--allow-env",
-    "--allow-read",
-    `--allow-write=${dataDir}`,
-    "--allow-sys=hostname,osRelease",
-  ];
 }
 
 /** The caller's environment without any service variable, plus `own`. */

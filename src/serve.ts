@@ -4,6 +4,7 @@
  * Boot order: database (bounded wait) -> migrations -> encryption canary -> HTTP. Any failure
  * stops the boot; main.ts logs it as `startup_failed` and exits 1.
  */
+import { withDeadline } from "./deadline.ts";
 import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
 import { connectDatabase, type Database } from "./db/connect.ts";
@@ -275,7 +276,7 @@ class Readiness {
 
   async check(): Promise<ReadinessChecks> {
     try {
-      const encryption = await withTimeout(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
+      const encryption = await withDeadline(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
       return { db: "ok", encryption };
     } catch (error) {
       const reason = error instanceof Error ? error.message : String(error);
@@ -300,14 +301,6 @@ class Readiness {
       : "fail: ENCRYPTION_KEY is not the key this database was set up with";
     return this.#encryption;
   }
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /**

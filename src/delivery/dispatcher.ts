@@ -11,6 +11,7 @@
  *   claimed delivery never waits on a busy process while its lease runs out.
  * - `stop()` stops claiming and waits for the attempts in flight.
  */
+import { withDeadline } from "../deadline.ts";
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import type { Logger } from "../log.ts";
@@ -230,12 +231,3 @@ function noCallback(): AttemptResult {
 
 /** How long a stopping dispatcher waits beyond `DELIVERY_TIMEOUT` for attempts to be recorded. */
 export const STOP_GRACE_MS = 5_000;
-
-/** `work`, or a rejection once `ms` have passed without it settling. */
-function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`not finished within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
-}

@@ -3,6 +3,7 @@
  * every 4xx and 5xx, the common headers, and one `http_request` log line per request.
  */
 import { ServiceError } from "../errors.ts";
+import { withDeadline } from "../deadline.ts";
 import { newId } from "../ids.ts";
 import type { Logger } from "../log.ts";
 import type { RequestContext, Router } from "./router.ts";
@@ -22,15 +23,6 @@ export interface PipelineOptions {
    * notification) open. Default: no limit.
    */
   deadlineMs?: number;
-}
-
-/** A handler that did not finish within the pipeline's deadline. */
-export class DeadlineExceededError extends Error {
-  readonly code = "DEADLINE_EXCEEDED";
-  constructor(ms: number) {
-    super(`no answer within ${ms} ms`);
-    this.name = "DeadlineExceededError";
-  }
 }
 
 /** A JSON response with the given status. */
@@ -102,7 +94,7 @@ export function createRequestHandler(
         const handled = match.handler(request, context);
         response = deadlineMs === undefined || handled instanceof Response
           ? await handled
-          : await within(handled, deadlineMs);
+          : await withDeadline(handled, deadlineMs);
       } else if (match.kind === "method_not_allowed") {
         throw new ServiceError(
           "METHOD_NOT_ALLOWED",
@@ -154,15 +146,6 @@ function errorResponse(error: unknown, context: RequestContext, log: Logger): Re
     ...log.errorFields(error),
   });
   return internalErrorResponse(context.reqId);
-}
-
-/** `work`, or a {@linkcode DeadlineExceededError} once `ms` have passed; `work` runs on. */
-function within(work: Promise<Response>, ms: number): Promise<Response> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DeadlineExceededError(ms)), ms);
-  });
-  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -5,6 +5,7 @@
  */
 import postgres from "postgres";
 import { join } from "node:path";
+import { servicePermissions } from "../../src/permissions.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A fixed master key for tests (base64 of 32 bytes). */
@@ -91,17 +92,6 @@ function embeddedTemplate(): Promise<string> {
   return templatePromise;
 }
 
-/** The permissions the service runs with: never -A. */
-function permissions(dataDir: string): string[] {
-  return [
-    "--allow-net",
-    "--allow-env",
-    "--allow-read",
-    `--allow-write=${dataDir}`,
-    "--allow-sys=hostname,osRelease",
-  ];
-}
-
 /** The result of a CLI command. */
 export interface CliResult {
   code: number;
@@ -115,7 +105,7 @@ export interface CliResult {
 export async function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
   const dataDir = env.DATA_DIR ?? "/nonexistent";
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...permissions(dataDir), join(ROOT, "main.ts"), ...args],
+    args: ["run", ...servicePermissions(dataDir), join(ROOT, "main.ts"), ...args],
     env: baseEnv(env),
     clearEnv: true,
     stdout: "piped",
@@ -187,7 +177,7 @@ export async function startService(options: StartOptions = {}): Promise<RunningS
   const db = options.db ?? await freshDatabase();
   const env = { PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "debug", ...db.env, ...options.env };
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", ...permissions(db.dataDir), join(ROOT, "main.ts"), "serve"],
+    args: ["run", ...servicePermissions(db.dataDir), join(ROOT, "main.ts"), "serve"],
     env: baseEnv(env),
     clearEnv: true,
     stdout: "piped",
