@@ -49,3 +49,87 @@ Deno.test("embedded: concurrent transactions from many connections stay isolated
     await Deno.remove(dataDir, { recursive: true });
   }
 });
+
+/** A protocol 3.0 startup message as npm:postgres sends it, with `params`. */
+function startupMessage(params: Record<string, string>): Uint8Array {
+  const body = new TextEncoder().encode(
+    Object.entries(params).map(([k, v]) => `${k}\0${v}\0`).join("") + "\0",
+  );
+  const message = new Uint8Array(8 + body.length);
+  const view = new DataView(message.buffer);
+  view.setInt32(0, message.length);
+  view.setInt32(4, 196608);
+  message.set(body, 8);
+  return message;
+}
+
+/** Connects to the engine's socket, sends `message` and reads until ReadyForQuery ('Z'). */
+async function startupAnswer(socketPath: string, message: Uint8Array): Promise<Uint8Array> {
+  const conn = await Deno.connect({ transport: "unix", path: socketPath });
+  try {
+    await conn.write(message);
+    let answer = new Uint8Array(0);
+    const chunk = new Uint8Array(4096);
+    while (true) {
+      const n = await conn.read(chunk);
+      if (n === null) throw new Error("closed before ReadyForQuery");
+      answer = new Uint8Array([...answer, ...chunk.subarray(0, n)]);
+      // ReadyForQuery is the last message: 'Z', length 5, status byte.
+      if (answer.length >= 6 && answer[answer.length - 6] === 0x5a) return answer;
+    }
+  } finally {
+    conn.close();
+  }
+}
+
+Deno.test("embedded: a known startup is answered at once while a transaction holds the session", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await connectDatabase({
+    databaseUrl: null,
+    dataDir,
+    poolSize: 2,
+    timeoutMs: 30_000,
+    shareEmbedded: true,
+  });
+  const socketPath = `${dataDir}/.s.PGSQL.5432`;
+  const message = startupMessage({ user: "postgres", database: "postgres", x: "1" });
+  let finish!: () => void;
+  const held = new Promise<void>((resolve) => finish = resolve);
+  let transaction: Promise<unknown> | undefined;
+  try {
+    const first = await startupAnswer(socketPath, message); // through PGlite, then remembered
+    assert.equal(first[0], 0x52, "AuthenticationOk first");
+
+    let began!: () => void;
+    const inside = new Promise<void>((resolve) => began = resolve);
+    transaction = db.sql.begin(async (tx) => {
+      await tx`SELECT 1`;
+      began();
+      await held; // the session lock stays with this connection until the transaction ends
+    });
+    await inside;
+
+    const timeout = (ms: number) =>
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms)
+      );
+    const again = await Promise.race([startupAnswer(socketPath, message), timeout(2_000)]);
+    assert.deepEqual(again, first);
+    // A startup PGlite has not answered before still waits for the session.
+    const other = startupMessage({ user: "postgres", database: "postgres", x: "2" });
+    const unknown = startupAnswer(socketPath, other);
+    const outcome = await Promise.race([
+      unknown.then(() => "answered"),
+      timeout(300).catch(() => "waiting"),
+    ]);
+    assert.equal(outcome, "waiting");
+    finish();
+    await transaction;
+    assert.equal((await unknown)[0], 0x52);
+  } finally {
+    finish();
+    await transaction?.catch(() => {});
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});

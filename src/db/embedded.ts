@@ -14,14 +14,21 @@
  * connection (npm:postgres sometimes never sends it on a connection opened under load). The
  * server remembers the Parse instead and runs it again just before the Bind, hiding its second
  * ParseComplete; the unnamed statement is the same text, so the result is the same.
+ *
+ * A startup message is answered from memory when PGlite has already answered the same bytes:
+ * the session is shared, so the answer (parameters, key data, ReadyForQuery) is the same. A
+ * client connecting while the session is busy (a delivery backlog) then gets in at once instead
+ * of waiting for the lock, and never reaches its connect timeout: npm:postgres 3.4.9 can leave a
+ * connection closed during its startup unable to send its next small message.
  */
-import { PGlite } from "@electric-sql/pglite";
+import type { PGlite } from "@electric-sql/pglite";
 import net from "node:net";
 import { join } from "node:path";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
 const SSL_REQUEST = 80877103;
+const PROTOCOL_3 = 196608;
 const GSSENC_REQUEST = 80877104;
 const MSG_SYNC = 0x53; // 'S'
 const MSG_QUERY = 0x51; // 'Q'
@@ -32,6 +39,11 @@ const MSG_PARSE = 0x50; // 'P'
 const MSG_BIND = 0x42; // 'B'
 const MSG_DESCRIBE = 0x44; // 'D'
 const MSG_PARSE_COMPLETE = 0x31; // '1', backend ParseComplete
+const MSG_READY_FOR_QUERY = 0x5a; // 'Z'
+const MSG_ERROR = 0x45; // 'E'
+const MSG_AUTHENTICATION = 0x52; // 'R'
+/** Distinct startup messages whose answers are remembered; clients here send one or two. */
+const STARTUP_ANSWER_LIMIT = 16;
 /** A connection that holds a transaction open longer than this is cut, freeing the others. */
 const TRANSACTION_IDLE_LIMIT_MS = 30_000;
 
@@ -65,14 +77,17 @@ export async function startEmbeddedServer(
   dataDir: string,
   socketDir: string,
 ): Promise<EmbeddedServer> {
+  // Loaded here, not at the top: a service on PostgreSQL never pays PGlite's memory.
+  const { PGlite } = await import("@electric-sql/pglite");
   const db = await PGlite.create(join(dataDir, "pglite"));
   const lock = new SessionLock();
   const sockets = new Set<net.Socket>();
   const listeners = new Map<string, Set<() => void>>();
+  const startupAnswers = new Map<string, Uint8Array>();
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
-    serveConnection(db, lock, socket, listeners);
+    serveConnection({ db, lock, socket, listeners, startupAnswers });
   });
   const socketPath = join(socketDir, SOCKET_NAME);
   await Deno.remove(socketPath).catch(() => {});
@@ -113,12 +128,18 @@ export async function startEmbeddedServer(
   };
 }
 
-function serveConnection(
-  db: PGlite,
-  lock: SessionLock,
-  socket: net.Socket,
-  listeners: Map<string, Set<() => void>>,
-): void {
+/** What a connection shares with the others. */
+interface ConnectionContext {
+  db: PGlite;
+  lock: SessionLock;
+  socket: net.Socket;
+  listeners: Map<string, Set<() => void>>;
+  /** PGlite's answers to startup messages, by the message's bytes (latin1). */
+  startupAnswers: Map<string, Uint8Array>;
+}
+
+function serveConnection(context: ConnectionContext): void {
+  const { db, lock, socket, listeners, startupAnswers } = context;
   let buffer: Uint8Array = new Uint8Array(0);
   let started = false;
   let batch: Uint8Array[] = [];
@@ -128,7 +149,9 @@ function serveConnection(
   /** The Parse of a describe-first exchange, to run again before its Bind (see the module doc). */
   let parseToRepeat: Uint8Array | null = null;
 
-  const runUnit = (unit: Uint8Array[]) => {
+  /** Runs `unit` under the session lock; `record`, if given, gets everything PGlite answered. */
+  const runUnit = (unit: Uint8Array[], record?: (answer: Uint8Array) => void) => {
+    const answer: Uint8Array[] = [];
     work = work.then(async () => {
       if (socket.destroyed) return;
       clearTimeout(idleTimer);
@@ -147,6 +170,7 @@ function serveConnection(
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
               if (hideParseComplete && isParseCompleteOnly(data)) return;
+              if (record) answer.push(data.slice());
               scanner?.push(data);
               if (!socket.destroyed) socket.write(data);
             },
@@ -156,6 +180,7 @@ function serveConnection(
           parseToRepeat = unit[0];
           midExchange = false;
         }
+        record?.(answer.reduce(concat, new Uint8Array(0)));
       } catch {
         socket.destroy();
       } finally {
@@ -199,7 +224,21 @@ function serveConnection(
           continue;
         }
         started = true;
-        runUnit([message]);
+        if (code !== PROTOCOL_3) {
+          runUnit([message]);
+          continue;
+        }
+        const key = latin1(message);
+        const remembered = startupAnswers.get(key);
+        if (remembered) {
+          socket.write(remembered);
+          continue;
+        }
+        runUnit([message], (answer) => {
+          if (isSuccessfulStartup(answer) && startupAnswers.size < STARTUP_ANSWER_LIMIT) {
+            startupAnswers.set(key, answer);
+          }
+        });
         continue;
       }
       if (available < 5) break;
@@ -281,6 +320,32 @@ function isUnnamedDescribe(unit: Uint8Array[]): boolean {
   // Describe: type, Int32 length, 'S', statement name (empty).
   return parse[0] === MSG_PARSE && parse[5] === 0 &&
     describe[0] === MSG_DESCRIBE && describe[5] === 0x53 && describe[6] === 0;
+}
+
+/**
+ * Whether `answer` is a whole successful startup: AuthenticationOk first, ReadyForQuery last, no
+ * ErrorResponse between (messages are walked by their lengths).
+ */
+function isSuccessfulStartup(answer: Uint8Array): boolean {
+  if (answer.length < 14 || answer[0] !== MSG_AUTHENTICATION) return false;
+  const view = new DataView(answer.buffer, answer.byteOffset, answer.byteLength);
+  if (view.getInt32(5) !== 0) return false; // AuthenticationOk is code 0
+  let offset = 0;
+  let last = -1;
+  while (offset + 5 <= answer.length) {
+    last = answer[offset];
+    if (last === MSG_ERROR) return false;
+    offset += 1 + view.getInt32(offset + 1);
+  }
+  return offset === answer.length && last === MSG_READY_FOR_QUERY;
+}
+
+function latin1(bytes: Uint8Array): string {
+  let text = "";
+  for (let i = 0; i < bytes.length; i += 4096) {
+    text += String.fromCharCode(...bytes.subarray(i, i + 4096));
+  }
+  return text;
 }
 
 function isParseCompleteOnly(data: Uint8Array): boolean {
