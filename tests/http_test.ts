@@ -13,7 +13,7 @@ import {
   writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
 
-import { createRequestHandler } from "../src/http/server.ts";
+import { createRequestHandler, InFlight } from "../src/http/server.ts";
 import { Router } from "../src/http/router.ts";
 import { Logger } from "../src/log.ts";
 
@@ -358,4 +358,54 @@ Deno.test("pipeline: a handler that never answers gets a 500 envelope at the dea
     .find((l) => l.msg === "request_failed");
   assert.equal(failed?.code, "INTERNAL_ERROR");
   assert.match(failed?.errorMessage ?? "", /no answer within 200 ms/);
+});
+
+Deno.test("pipeline: a synchronous route is answered synchronously, with the same headers and log", async () => {
+  const lines: string[] = [];
+  const inFlight = new InFlight();
+  const handler = createRequestHandler({
+    router: new Router([
+      { method: "GET", pattern: "/sync", handler: () => new Response("{}") },
+      {
+        method: "GET",
+        pattern: "/throws",
+        handler: () => {
+          throw new Error("boom");
+        },
+      },
+      { method: "GET", pattern: "/async", handler: () => Promise.resolve(new Response("{}")) },
+    ]),
+    version: "dev",
+    log: new Logger({ write: (bytes) => lines.push(new TextDecoder().decode(bytes)) }),
+    inFlight,
+    deadlineMs: 1_000,
+  });
+  const sync = handler(new Request("http://local/sync"));
+  assert.ok(sync instanceof Response, "a synchronous route must not become a promise");
+  assert.equal(sync.status, 200);
+  assert.match(sync.headers.get("x-request-id") ?? "", /^req_[0-9A-HJKMNP-TV-Z]{26}$/);
+  assert.equal(sync.headers.get("x-service-version"), "dev");
+
+  const thrown = handler(new Request("http://local/throws"));
+  assert.ok(thrown instanceof Response);
+  await expectEnvelope(thrown, 500, "INTERNAL_ERROR");
+  const missing = handler(new Request("http://local/nowhere"));
+  assert.ok(missing instanceof Response);
+  await expectEnvelope(missing, 404, "NOT_FOUND");
+
+  const pending = handler(new Request("http://local/async"));
+  assert.ok(pending instanceof Promise);
+  assert.equal((await pending).headers.get("x-service-version"), "dev");
+  // Every request left the in-flight count: draining resolves at once.
+  await inFlight.drain();
+
+  await new Promise((resolve) => setTimeout(resolve, 10)); // the logger writes after the task
+  const requests = lines.join("").split("\n").filter(Boolean).map((l) => JSON.parse(l))
+    .filter((l) => l.msg === "http_request");
+  assert.deepEqual(requests.map((l) => [l.path, l.status]), [
+    ["/sync", 200],
+    ["/throws", 500],
+    ["/nowhere", 404],
+    ["/async", 200],
+  ]);
 });

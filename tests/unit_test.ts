@@ -248,3 +248,18 @@ Deno.test("logger: JSON lines with ts, level, msg; levels; no stack in productio
   const fields = logger.errorFields(new TypeError("secret detail"));
   assert.deepEqual(fields, { errorClass: "TypeError" });
 });
+
+Deno.test("logger: the timestamp follows the clock across milliseconds", async () => {
+  const chunks: string[] = [];
+  const logger = new Logger({ write: (bytes) => chunks.push(new TextDecoder().decode(bytes)) });
+  const before = Date.now();
+  logger.info("first");
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  logger.info("second");
+  logger.flush();
+  const [first, second] = chunks.join("").trim().split("\n").map((l) =>
+    Date.parse(JSON.parse(l).ts)
+  );
+  assert.ok(first >= before && first <= Date.now());
+  assert.ok(second - first >= 4, `${first} then ${second}`);
+});
