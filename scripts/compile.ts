@@ -38,6 +38,7 @@ try {
       // DATA_DIR is chosen at run time; confine writes with the service manager (see operations).
       "--allow-write",
       "--allow-sys=hostname,osRelease",
+      "--allow-ffi",
       "--include",
       "migrations/",
       "--output",

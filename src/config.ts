@@ -33,6 +33,8 @@ export interface Config {
   storeaApiUrlSandbox: string;
   /** Paths of root certificates that replace the built-in pin; empty keeps the pin. */
   storeaRootCerts: string[];
+  /** What checks ES256 signatures: OpenSSL through FFI, WebCrypto, or the first that works. */
+  cryptoEngine: "auto" | "openssl" | "webcrypto";
   /** The deadline of one verification's store calls, retries included. */
   upstreamTimeoutMs: number;
   storebApiUrl: string;
@@ -119,6 +121,11 @@ export function readConfig(env: Env): Config {
       value("STOREA_API_URL_SANDBOX") ?? "https://api.storekit-sandbox.apple.com",
     ),
     storeaRootCerts: list(value("STOREA_ROOT_CERTS") ?? ""),
+    cryptoEngine: oneOf(
+      "CRYPTO_ENGINE",
+      value("CRYPTO_ENGINE") ?? "auto",
+      ["auto", "openssl", "webcrypto"] as const,
+    ),
     storebApiUrl: httpUrl(
       "STOREB_API_URL",
       value("STOREB_API_URL") ?? "https://androidpublisher.googleapis.com",

@@ -10,5 +10,7 @@ export function servicePermissions(dataDir: string): string[] {
     "--allow-read",
     `--allow-write=${dataDir}`,
     "--allow-sys=hostname,osRelease",
+    // OpenSSL's libcrypto checks ES256 signatures (src/crypto/es256.ts, CRYPTO_ENGINE).
+    "--allow-ffi",
   ];
 }

@@ -24,6 +24,7 @@ import { storebVerifyRoute } from "./api/storeb_verify.ts";
 import { TtlCache } from "./cache.ts";
 import { StorebVerifier } from "./storeb/verify.ts";
 import { readRootCertificates, StoreaJwsVerifier } from "./storea/jws.ts";
+import { selectEs256Engine } from "./crypto/es256.ts";
 import { StoreaApiClient } from "./storea/api_client.ts";
 import { StoreaTokenSigner } from "./storea/api_token.ts";
 import { StoreaVerifier } from "./storea/verify.ts";
@@ -45,8 +46,10 @@ const CREDENTIALS_TTL_MS = 1_000;
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
   // Unreadable roots stop the boot here rather than fail every notification later.
+  const es256Engine = await selectEs256Engine(config.cryptoEngine);
   const storeaJws = new StoreaJwsVerifier({
     rootCertificates: await readRootCertificates(config.storeaRootCerts),
+    engine: es256Engine,
   });
   const masterKey = await loadMasterKey(config, log);
   const box = new SecretBox(masterKey);
@@ -167,6 +170,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       env: config.env,
       version: config.version,
       database: db.engine,
+      cryptoEngine: es256Engine,
     });
 
     const signal = await stopped.promise;

@@ -9,6 +9,7 @@ import {
   stopAndDrop,
   TEST_ENCRYPTION_KEY,
 } from "./helpers/service.ts";
+import { servicePermissions } from "../src/permissions.ts";
 
 const OTHER_KEY = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
 
@@ -116,6 +117,7 @@ Deno.test("boot: invalid configuration logs startup_failed (fatal) and exits 1",
       [{ UPSTREAM_TIMEOUT: "soon" }, "UPSTREAM_TIMEOUT"],
       [{ STOREB_API_URL: "ftp://x" }, "STOREB_API_URL"],
       [{ CALLBACK_ALLOW_INSECURE: "perhaps" }, "CALLBACK_ALLOW_INSECURE"],
+      [{ CRYPTO_ENGINE: "fastest" }, "CRYPTO_ENGINE"],
       [{ ENCRYPTION_KEY: "c2hvcnQ=" }, "ENCRYPTION_KEY", "c2hvcnQ="],
       [{ ENCRYPTION_KEY: "not base64!!" }, "ENCRYPTION_KEY", "not base64!!"],
       [{ NODE_ENV: "production", ENCRYPTION_KEY: "" }, "ENCRYPTION_KEY"],
@@ -304,3 +306,34 @@ async function startProxy(targetPort: number) {
     },
   };
 }
+
+Deno.test("boot: the ES256 engine is OpenSSL when FFI is allowed, WebCrypto or a failure when not", async () => {
+  const db = await freshDatabase();
+  try {
+    const withFfi = await startService({ db });
+    assert.equal(withFfi.logs.find((l) => l.msg === "listening")?.cryptoEngine, "openssl");
+    await withFfi.stop();
+
+    const withoutFfi = servicePermissions(db.dataDir).filter((flag) => flag !== "--allow-ffi");
+    const fallback = await startService({ db, permissions: withoutFfi });
+    assert.equal(fallback.logs.find((l) => l.msg === "listening")?.cryptoEngine, "webcrypto");
+    await fallback.stop();
+
+    const forced = await startService({ db, env: { CRYPTO_ENGINE: "webcrypto" } });
+    assert.equal(forced.logs.find((l) => l.msg === "listening")?.cryptoEngine, "webcrypto");
+    await forced.stop();
+
+    const refused = await startService({
+      db,
+      env: { CRYPTO_ENGINE: "openssl" },
+      permissions: withoutFfi,
+      waitUntilListening: false,
+    });
+    assert.equal((await refused.exited).code, 1);
+    const fatal = refused.logs.find((l) => l.msg === "startup_failed");
+    assert.equal(fatal?.level, "fatal");
+    assert.match(fatal?.reason, /--allow-ffi/);
+  } finally {
+    await db.drop();
+  }
+});

@@ -13,6 +13,10 @@ import {
 import { createHash } from "node:crypto";
 import { createStoreaTestPki, type StoreaTestPkiOptions } from "../src/simulators/storea_pki.ts";
 import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import type { Es256Engine } from "../src/crypto/es256.ts";
+
+/** Every test that checks a signature runs on both ES256 engines. */
+const ENGINES: Es256Engine[] = ["openssl", "webcrypto"];
 
 const VECTORS = fileURLToPath(new URL("../../shared/vectors/storea/", import.meta.url));
 const haveVectors = await Deno.stat(VECTORS).then(() => true, () => false);
@@ -54,9 +58,14 @@ Deno.test({
   name: "real Apple notifications and their nested JWS verify with the built-in pin alone",
   ignore: !haveVectors,
   fn: async () => {
-    const verifier = new StoreaJwsVerifier();
-    const index: IndexEntry[] = JSON.parse(await vector("real-sandbox/index.json"));
-    assert.equal(index.length, 14);
+    for (const engine of ENGINES) await verifyRealVectors(new StoreaJwsVerifier({ engine }));
+  },
+});
+
+async function verifyRealVectors(verifier: StoreaJwsVerifier): Promise<void> {
+  const index: IndexEntry[] = JSON.parse(await vector("real-sandbox/index.json"));
+  assert.equal(index.length, 14);
+  {
     for (const entry of index) {
       const payload = await verifier.verify(await vector(`real-sandbox/${entry.file}`));
       assert.equal(payload.notificationType, entry.notificationType, entry.file);
@@ -74,8 +83,8 @@ Deno.test({
         assert.equal(renewal.originalTransactionId, entry.originalTransactionId, entry.file);
       }
     }
-  },
-});
+  }
+}
 
 Deno.test({
   name: "the pin is Apple Root CA - G3: the shipped root file has the pinned SHA-256",
@@ -90,7 +99,12 @@ Deno.test({
   name: "a real notification changed by one field or one signature byte is rejected",
   ignore: !haveVectors,
   fn: async () => {
-    const verifier = new StoreaJwsVerifier();
+    for (const engine of ENGINES) await rejectTamperedVector(new StoreaJwsVerifier({ engine }));
+  },
+});
+
+async function rejectTamperedVector(verifier: StoreaJwsVerifier): Promise<void> {
+  {
     const jws = await vector("real-sandbox/notification-01.jws");
     await verifier.verify(jws); // the chain is now cached: the rejections below are signatures
     const [header, payload, signature] = jws.split(".");
@@ -120,8 +134,8 @@ Deno.test({
       `${encodeSegment({ ...headerObject, x5c: x5c.slice(0, 2) })}.${payload}.${signature}`,
       /exactly 3 certificates/,
     );
-  },
-});
+  }
+}
 
 Deno.test({
   name: "a chain ending in another root is refused by the pin; with that root configured it passes",
@@ -203,24 +217,27 @@ Deno.test("malformed input is rejected with a reason, never thrown as something 
 async function signedWith(
   options: StoreaTestPkiOptions = {},
   payload: Record<string, unknown> = {},
+  engine: Es256Engine = "openssl",
 ) {
   const pki = await createStoreaTestPki(options);
   const signer = new StoreaSigner(pki);
   const jws = await signer.signRaw({ ...signer.sampleTransaction(), ...payload });
-  const verifier = new StoreaJwsVerifier({ rootCertificates: [pki.rootDer] });
+  const verifier = new StoreaJwsVerifier({ rootCertificates: [pki.rootDer], engine });
   return { pki, signer, jws, verifier };
 }
 
 Deno.test("a simulator chain verifies with its root configured, and the chain is cached", async () => {
-  const { signer, jws, verifier } = await signedWith();
-  const payload = await verifier.verify(jws);
-  assert.equal(payload.bundleId, signer.sampleTransaction().bundleId);
-  // Another JWS on the same chain: the cached chain still demands a valid signature.
-  const other = await signer.signRaw({ ...signer.sampleTransaction(), transactionId: "42" });
-  assert.equal((await verifier.verify(other)).transactionId, "42");
-  const [header, , signature] = jws.split(".");
-  const [, otherPayload] = other.split(".");
-  await rejects(verifier, `${header}.${otherPayload}.${signature}`, /signature/);
+  for (const engine of ENGINES) {
+    const { signer, jws, verifier } = await signedWith({}, {}, engine);
+    const payload = await verifier.verify(jws);
+    assert.equal(payload.bundleId, signer.sampleTransaction().bundleId);
+    // Another JWS on the same chain: the cached chain still demands a valid signature.
+    const other = await signer.signRaw({ ...signer.sampleTransaction(), transactionId: "42" });
+    assert.equal((await verifier.verify(other)).transactionId, "42");
+    const [header, , signature] = jws.split(".");
+    const [, otherPayload] = other.split(".");
+    await rejects(verifier, `${header}.${otherPayload}.${signature}`, /signature/);
+  }
 });
 
 Deno.test("every broken chain is rejected with its reason", async () => {

@@ -9,6 +9,7 @@
  */
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
+import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -26,7 +27,6 @@ const VALIDITY_TOLERANCE_MS = 60_000;
 /** How many verified chains are remembered; Apple rotates its leaf about once a year. */
 const CHAIN_CACHE_LIMIT = 256;
 
-const ES256 = { name: "ECDSA", hash: "SHA-256" } as const;
 const encoder = new TextEncoder();
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -48,11 +48,13 @@ export interface StoreaJwsVerifierOptions {
   rootCertificates?: Uint8Array[];
   /** The clock, for tests; used only when a payload has no `signedDate`. */
   now?: () => number;
+  /** What checks the ES256 signatures (`selectEs256Engine`); WebCrypto when absent. */
+  engine?: Es256Engine;
 }
 
 /** A chain that verified, reduced to what each JWS needs. */
 interface VerifiedChain {
-  leafKey: CryptoKey;
+  leafKey: Es256VerifyingKey;
   /** The window in which every certificate of the chain is valid, epoch ms. */
   notBefore: number;
   notAfter: number;
@@ -62,11 +64,13 @@ interface VerifiedChain {
 export class StoreaJwsVerifier {
   #roots: pkijs.Certificate[];
   #now: () => number;
+  #engine: Es256Engine;
   #chains = new Map<string, Promise<VerifiedChain>>();
 
   constructor(options: StoreaJwsVerifierOptions = {}) {
     this.#roots = (options.rootCertificates ?? []).map((der) => parseCertificate(der, "root"));
     this.#now = options.now ?? Date.now;
+    this.#engine = options.engine ?? "webcrypto";
   }
 
   /**
@@ -97,8 +101,7 @@ export class StoreaJwsVerifier {
     // ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`.
     const signature = decodeBase64(parts[2], "base64url");
     const signingInput = encoder.encode(`${parts[0]}.${parts[1]}`);
-    const valid = signature.length === 64 &&
-      await crypto.subtle.verify(ES256, chain.leafKey, signature, signingInput);
+    const valid = await chain.leafKey.verify(signature, signingInput);
     if (!valid) throw new JwsInvalidError("signature does not verify");
     return payload;
   }
@@ -151,9 +154,10 @@ export class StoreaJwsVerifier {
       throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
     }
 
-    let leafKey: CryptoKey;
+    let leafKey: Es256VerifyingKey;
     try {
-      leafKey = await leaf.getPublicKey();
+      const spki = new Uint8Array(leaf.subjectPublicKeyInfo.toSchema().toBER(false));
+      leafKey = await importEs256Key(spki, this.#engine);
     } catch {
       throw new JwsInvalidError("the leaf key is not usable for ES256");
     }

@@ -170,6 +170,8 @@ export interface StartOptions {
   db?: TestDatabase;
   /** Wait for `listening` (default) or return at once (for boot-failure tests). */
   waitUntilListening?: boolean;
+  /** Deno permissions instead of the service's own (`servicePermissions`). */
+  permissions?: string[];
 }
 
 /** Starts `main.ts serve` on a free loopback port and waits until it listens. */
@@ -177,7 +179,12 @@ export async function startService(options: StartOptions = {}): Promise<RunningS
   const db = options.db ?? await freshDatabase();
   const env = { PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "debug", ...db.env, ...options.env };
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", ...servicePermissions(db.dataDir), join(ROOT, "main.ts"), "serve"],
+    args: [
+      "run",
+      ...options.permissions ?? servicePermissions(db.dataDir),
+      join(ROOT, "main.ts"),
+      "serve",
+    ],
     env: baseEnv(env),
     clearEnv: true,
     stdout: "piped",
