@@ -118,9 +118,9 @@ export const SECTIONS: Record<BenchmarkName, readonly string[]> = {
 const DOC = "docs/benchmarks.md";
 
 /** The relay's signed notifications last this many requests per second of its runs at least. */
-const RELAY_NOTIFICATIONS_PER_SECOND = 640;
+const RELAY_NOTIFICATIONS_PER_SECOND = 1_920;
 /** The relay's own default number of notifications. */
-const RELAY_NOTIFICATIONS = 16_000;
+const RELAY_NOTIFICATIONS = 48_000;
 
 /** Runs the chosen benchmarks one after the other; a failure does not stop the others. */
 export async function runAllBenchmarks(

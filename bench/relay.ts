@@ -37,7 +37,7 @@
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/relay.ts
  *
  * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
- * length of the runs (20 s and 5 s); `--notifications N` the number signed (16,000); `--drain S`
+ * length of the runs (20 s and 5 s); `--notifications N` the number signed (48,000); `--drain S`
  * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
  * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
  * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
@@ -49,6 +49,7 @@ import postgres from "postgres";
 import {
   beginRun,
   checkAnswer,
+  type CheckedAnswers,
   cpuSeconds,
   createDatabase,
   exitWithError,
@@ -63,6 +64,7 @@ import {
   type Machine,
   measureLoad,
   numberFlag,
+  parseCheckedAnswers,
   parseWrk,
   pct,
   productionServiceEnv,
@@ -80,6 +82,7 @@ import {
   waitForLine,
   writeProgress,
   writeStoreaKey,
+  WRK_CHECKED_ANSWERS_LUA,
   type WrkFigures,
 } from "./support.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
@@ -88,7 +91,7 @@ import { verifySignature } from "../src/delivery/signature.ts";
 
 /** Options of {@linkcode runRelayBenchmark}. */
 export interface RelayBenchmarkOptions extends LoadOptions {
-  /** Distinct notifications signed before timing; 16,000 by default. */
+  /** Distinct notifications signed before timing; 48,000 by default. */
   notifications?: number;
   /** The longest wait for the deliveries after the measured run, in seconds; 60 by default. */
   drainSeconds?: number;
@@ -258,7 +261,7 @@ export async function runRelayBenchmark(
       durationSeconds: options.durationSeconds ?? 20,
       warmupSeconds: options.warmupSeconds ?? 5,
     }),
-    notifications: options.notifications ?? 16_000,
+    notifications: options.notifications ?? 48_000,
     drainSeconds: options.drainSeconds ?? 60,
   };
   if (settings.notifications % settings.threads !== 0) {
@@ -510,14 +513,7 @@ interface LoadSpec {
 }
 
 /** One wrk run, with what the script checked. */
-interface LoadRun extends WrkFigures {
-  checkedGood: number;
-  checkedBad: number;
-  wrapped: number;
-  /** Where the next run starts so that it sends none of this run's notifications. */
-  nextBase: number;
-  firstWrong: string | null;
-}
+type LoadRun = WrkFigures & CheckedAnswers;
 
 /**
  * The wrk script. Thread `t` of `T` reads its own bodies file, `bodies-t.txt` (line `k` is
@@ -530,15 +526,7 @@ interface LoadRun extends WrkFigures {
  */
 async function writeWrkScript(path: string): Promise<string> {
   const script = `-- Written by bench/relay.ts.
-local threads = {}
-local thread_count = 0
-
-function setup(thread)
-  thread:set("first", thread_count)
-  thread_count = thread_count + 1
-  table.insert(threads, thread)
-end
-
+${WRK_CHECKED_ANSWERS_LUA}
 function init(args)
   step = tonumber(args[1])
   count = tonumber(args[2])
@@ -546,11 +534,8 @@ function init(args)
   bodies_path = args[4] .. first .. ".txt"
   index = tonumber(args[5]) + first
   target = args[6]
-  good = 0
-  bad = 0
-  wrapped = 0
-  first_wrong = ""
   headers = { ["content-type"] = "application/json" }
+  reset_checks()
 end
 
 local bodies = nil
@@ -571,33 +556,6 @@ function request()
   local body = bodies[math.floor((index % count) / step) + 1]
   index = index + step
   return wrk.format("POST", target, headers, body)
-end
-
-function response(status, headers, body)
-  if status == 200 and string.find(body, marker, 1, true) then
-    good = good + 1
-  else
-    bad = bad + 1
-    if first_wrong == "" then
-      first_wrong = status .. " " .. string.sub(string.gsub(body or "", "%s", " "), 1, 300)
-    end
-  end
-end
-
-function done(summary, latency, requests)
-  local total_good, total_bad, total_wrapped, next_base = 0, 0, 0, 0
-  local wrong = ""
-  for _, thread in ipairs(threads) do
-    total_good = total_good + thread:get("good")
-    total_bad = total_bad + thread:get("bad")
-    total_wrapped = total_wrapped + thread:get("wrapped")
-    local used = thread:get("index") - thread:get("first")
-    if used > next_base then next_base = used end
-    if wrong == "" then wrong = thread:get("first_wrong") end
-  end
-  io.write(string.format("checked: good %d bad %d wrapped %d next %d\\n",
-    total_good, total_bad, total_wrapped, next_base))
-  if wrong ~= "" then io.write("first wrong: " .. wrong .. "\\n") end
 end
 `;
   await Deno.writeTextFile(path, script);
@@ -625,16 +583,7 @@ async function runLoad(
       spec.path,
     ],
   });
-  const checked = /^checked: good (\d+) bad (\d+) wrapped (\d+) next (\d+)$/m.exec(text);
-  if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
-  return {
-    ...parseWrk(text),
-    checkedGood: Number(checked[1]),
-    checkedBad: Number(checked[2]),
-    wrapped: Number(checked[3]),
-    nextBase: Number(checked[4]),
-    firstWrong: /^first wrong: (.*)$/m.exec(text)?.[1] ?? null,
-  };
+  return { ...parseWrk(text), ...parseCheckedAnswers(text) };
 }
 
 /** The measured run, with the server's CPU time, RSS samples and the cores' use. */

@@ -3,7 +3,8 @@
  * official library (`SignedDataVerifier.verifyAndDecodeNotification`, offline), on the same real
  * App Store Server Notification, in the same process, one verification at a time.
  *
- * Both verify the outer `signedPayload` only: ours by design (nested JWS are verified by the
+ * Ours runs on the ES256 engine the service picks here (OpenSSL's libcrypto when it opens), and
+ * again on WebCrypto, its fallback. All verify the outer `signedPayload` only: ours by design (nested JWS are verified by the
  * caller), Apple's because `verifyAndDecodeNotification` calls `verifyJWT` on the signedPayload
  * alone (dist/jws_verification.js of 3.1.0). With `enableOnlineChecks` false Apple's library keeps
  * no cache, so it checks the certificate chain on every call; ours checks a chain once and
@@ -15,7 +16,7 @@
  *
  * Run it (from the repository root, with the test vectors in `../shared/vectors/` beside it):
  *
- *     deno run --allow-read bench/storea_jws.ts [--rounds 5] [--count 300] [--json]
+ *     deno run --allow-read --allow-ffi bench/storea_jws.ts [--rounds 5] [--count 300] [--json]
  *
  * @module
  */
@@ -23,6 +24,7 @@ import { parseArgs } from "node:util";
 import { Buffer } from "node:buffer";
 import { X509Certificate } from "node:crypto";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
+import { type Es256Engine, selectEs256Engine } from "../src/crypto/es256.ts";
 import { formatTable, type Progress, writeProgress } from "./support.ts";
 
 type AppleLibrary = typeof import("./apple_store_server_library.d.ts");
@@ -56,7 +58,11 @@ export interface JwsBenchmarkResult {
   machine: { cpus: number; os: string; deno: string; v8: string };
   vector: string;
   settings: Required<Omit<JwsBenchmarkOptions, "progress">>;
+  /** The ES256 engine the service picks here (`CRYPTO_ENGINE=auto`), which `ours` runs on. */
+  engine: Es256Engine;
   ours: VerifierTiming;
+  /** Ours on the WebCrypto engine, the fallback without libcrypto. */
+  oursWebCrypto: VerifierTiming;
   apple: VerifierTiming;
   /** ours ops/s divided by Apple's. */
   ratio: number;
@@ -103,7 +109,9 @@ export async function runJwsBenchmark(
 
   const { Environment, SignedDataVerifier }: AppleLibrary = await import(APPLE_LIBRARY);
   // The built-in pin is Apple Root CA - G3, the root this notification's chain ends in.
-  const ours = new StoreaJwsVerifier();
+  const engine = await selectEs256Engine("auto");
+  const ours = new StoreaJwsVerifier({ engine });
+  const oursWebCrypto = new StoreaJwsVerifier({ engine: "webcrypto" });
   const apple = new SignedDataVerifier(
     [Buffer.from(rootDer)],
     false,
@@ -111,43 +119,43 @@ export async function runJwsBenchmark(
     BUNDLE_ID,
     APP_APPLE_ID,
   );
-  const verifyOurs = () => ours.verify(jws);
-  const verifyApple = () => apple.verifyAndDecodeNotification(jws);
+  const verifiers = {
+    ours: () => ours.verify(jws),
+    oursWebCrypto: () => oursWebCrypto.verify(jws),
+    apple: () => apple.verifyAndDecodeNotification(jws),
+  };
+  type Which = keyof typeof verifiers;
+  const names = Object.keys(verifiers) as Which[];
 
-  // Both must accept the vector and read the same notification, or the timing means nothing.
-  const oursPayload = await verifyOurs();
-  const applePayload = await verifyApple();
-  if (oursPayload.notificationUUID !== applePayload.notificationUUID) {
-    throw new Error(
-      `the verifiers disagree: ${oursPayload.notificationUUID} vs ${applePayload.notificationUUID}`,
-    );
-  }
+  // All must accept the vector and read the same notification, or the timing means nothing.
+  const uuids = new Set<unknown>();
+  for (const which of names) uuids.add((await verifiers[which]()).notificationUUID);
+  if (uuids.size !== 1) throw new Error(`the verifiers disagree: ${[...uuids].join(" vs ")}`);
   progress(
-    `both verify ${VECTOR_FILE} (${jws.length} characters), notification ${applePayload.notificationUUID}`,
+    `all verify ${VECTOR_FILE} (${jws.length} characters), notification ${
+      [...uuids][0]
+    }; ours on ${engine}`,
   );
 
   for (let i = 0; i < settings.warmup; i++) {
-    await verifyOurs();
-    await verifyApple();
+    for (const which of names) await verifiers[which]();
   }
-  const oursRounds: number[] = [];
-  const appleRounds: number[] = [];
+  const rounds: Record<Which, number[]> = { ours: [], oursWebCrypto: [], apple: [] };
   for (let round = 0; round < settings.rounds; round++) {
-    // Which goes first alternates, so neither always runs right after the other's garbage.
-    const order = round % 2 === 0 ? ["ours", "apple"] : ["apple", "ours"];
+    // Which goes first rotates, so none always runs right after another's garbage.
+    const order = names.map((_, i) => names[(i + round) % names.length]);
     for (const which of order) {
-      const seconds = await timeSequential(
-        which === "ours" ? verifyOurs : verifyApple,
-        settings.count,
-      );
-      (which === "ours" ? oursRounds : appleRounds).push(seconds);
+      rounds[which].push(await timeSequential(verifiers[which], settings.count));
     }
     progress(
-      `round ${round + 1}: ours ${(settings.count / oursRounds[round]).toFixed(0)}/s, Apple's ${
-        (settings.count / appleRounds[round]).toFixed(0)
-      }/s`,
+      `round ${round + 1}: ${
+        names.map((which) => `${which} ${(settings.count / rounds[which][round]).toFixed(0)}/s`)
+          .join(", ")
+      }`,
     );
   }
+  const oursRounds = rounds.ours;
+  const appleRounds = rounds.apple;
 
   const timing = (name: string, rounds: number[]): VerifierTiming => {
     const total = rounds.reduce((sum, seconds) => sum + seconds, 0);
@@ -158,7 +166,11 @@ export async function runJwsBenchmark(
       meanMicros: (total / (settings.count * rounds.length)) * 1e6,
     };
   };
-  const oursTiming = timing("ours (StoreaJwsVerifier.verify)", oursRounds);
+  const oursTiming = timing(`ours (StoreaJwsVerifier.verify), ${engine}`, oursRounds);
+  const oursWebCryptoTiming = timing(
+    "ours (StoreaJwsVerifier.verify), webcrypto",
+    rounds.oursWebCrypto,
+  );
   const appleTiming = timing(
     "Apple's (SignedDataVerifier.verifyAndDecodeNotification)",
     appleRounds,
@@ -174,7 +186,9 @@ export async function runJwsBenchmark(
     },
     vector: VECTOR_FILE,
     settings,
+    engine,
     ours: oursTiming,
+    oursWebCrypto: oursWebCryptoTiming,
     apple: appleTiming,
     ratio,
     roundRatios: oursRounds.map((seconds, i) => appleRounds[i] / seconds),
@@ -197,7 +211,16 @@ export function formatJwsTable(result: JwsBenchmarkResult): string {
     { header: "verifications/s", numeric: true },
     { header: "mean µs", numeric: true },
     { header: "vs Apple's", numeric: true },
-  ], [row(result.ours, result.ratio.toFixed(2)), row(result.apple, "1.00")]);
+  ], [
+    row(result.ours, result.ratio.toFixed(2)),
+    ...(result.engine === "webcrypto" ? [] : [
+      row(
+        result.oursWebCrypto,
+        (result.oursWebCrypto.opsPerSecond / result.apple.opsPerSecond).toFixed(2),
+      ),
+    ]),
+    row(result.apple, "1.00"),
+  ]);
 }
 
 /** The goal line and the context figures. */

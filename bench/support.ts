@@ -885,6 +885,85 @@ export async function runWrk(
   return text;
 }
 
+/**
+ * The part of a wrk Lua script that checks answers, shared by the benchmarks that send their own
+ * requests. `setup` numbers the threads (`first` is 0, 1, ...); `response` counts an answer as
+ * right when its status is 200 and its body holds `marker`, and keeps the first wrong one; `done`
+ * prints the totals for {@linkcode parseCheckedAnswers}. The script adds its own `init`, which
+ * sets `marker`, `step`, `index` (its thread's first request) and `headers`, then calls
+ * `reset_checks()`, and its own `request`, which advances `index` by `step` and counts in
+ * `wrapped` any request that had to reuse what an earlier one sent.
+ */
+export const WRK_CHECKED_ANSWERS_LUA = `
+local threads = {}
+local thread_count = 0
+
+function setup(thread)
+  thread:set("first", thread_count)
+  thread_count = thread_count + 1
+  table.insert(threads, thread)
+end
+
+function reset_checks()
+  good = 0
+  bad = 0
+  wrapped = 0
+  first_wrong = ""
+end
+
+function response(status, headers, body)
+  if status == 200 and string.find(body, marker, 1, true) then
+    good = good + 1
+  else
+    bad = bad + 1
+    if first_wrong == "" then
+      first_wrong = status .. " " .. string.sub(string.gsub(body or "", "%s", " "), 1, 300)
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local total_good, total_bad, total_wrapped, next_base = 0, 0, 0, 0
+  local wrong = ""
+  for _, thread in ipairs(threads) do
+    total_good = total_good + thread:get("good")
+    total_bad = total_bad + thread:get("bad")
+    total_wrapped = total_wrapped + thread:get("wrapped")
+    local used = thread:get("index") - thread:get("first")
+    if used > next_base then next_base = used end
+    if wrong == "" then wrong = thread:get("first_wrong") end
+  end
+  io.write(string.format("checked: good %d bad %d wrapped %d next %d\\n",
+    total_good, total_bad, total_wrapped, next_base))
+  if wrong ~= "" then io.write("first wrong: " .. wrong .. "\\n") end
+end
+`;
+
+/** What a script built on {@linkcode WRK_CHECKED_ANSWERS_LUA} checked, from wrk's output. */
+export interface CheckedAnswers {
+  checkedGood: number;
+  checkedBad: number;
+  /** Requests that reused what an earlier request of the run sent. */
+  wrapped: number;
+  /** How far the furthest thread got: where a next run starts to send nothing twice. */
+  nextBase: number;
+  /** The first wrong answer, status and start of the body, or null. */
+  firstWrong: string | null;
+}
+
+/** Reads the counts that {@linkcode WRK_CHECKED_ANSWERS_LUA}'s `done` printed. */
+export function parseCheckedAnswers(text: string): CheckedAnswers {
+  const checked = /^checked: good (\d+) bad (\d+) wrapped (\d+) next (\d+)$/m.exec(text);
+  if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
+  return {
+    checkedGood: Number(checked[1]),
+    checkedBad: Number(checked[2]),
+    wrapped: Number(checked[3]),
+    nextBase: Number(checked[4]),
+    firstWrong: /^first wrong: (.*)$/m.exec(text)?.[1] ?? null,
+  };
+}
+
 /** The figures {@linkcode parseWrk} reads from a wrk report. */
 export interface WrkFigures {
   requestsPerSecond: number;

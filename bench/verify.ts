@@ -45,6 +45,7 @@ import {
   loadSettings,
   type Machine,
   measureLoad,
+  parseCheckedAnswers,
   parseWrk,
   pct,
   productionServiceEnv,
@@ -65,6 +66,7 @@ import {
   waitForLine,
   writeProgress,
   writeStoreaKey,
+  WRK_CHECKED_ANSWERS_LUA,
   type WrkFigures,
 } from "./support.ts";
 import {
@@ -608,26 +610,17 @@ async function writeWrkScript(path: string, spec: StoreSpec, apiKey: string): Pr
   // Lua long strings take the JSON fragments as they are, quotes included.
   const literal = (text: string) => `[==[${text}]==]`;
   const script = `-- Written by bench/verify.ts for ${spec.path}.
-local threads = {}
-local thread_count = 0
-
-function setup(thread)
-  thread:set("first", thread_count)
-  thread_count = thread_count + 1
-  table.insert(threads, thread)
-end
-
+${WRK_CHECKED_ANSWERS_LUA}
 function init(args)
   step = tonumber(args[1])
   count = tonumber(args[2])
   marker = args[3]
   index = first
-  good = 0
-  bad = 0
   headers = {
     ["content-type"] = "application/json",
     ["authorization"] = ${literal(`Bearer ${apiKey}`)},
   }
+  reset_checks()
 end
 
 function request()
@@ -640,22 +633,6 @@ function request()
   })
 end
 
-function response(status, headers, body)
-  if status == 200 and string.find(body, marker, 1, true) then
-    good = good + 1
-  else
-    bad = bad + 1
-  end
-end
-
-function done(summary, latency, requests)
-  local total_good, total_bad = 0, 0
-  for _, thread in ipairs(threads) do
-    total_good = total_good + thread:get("good")
-    total_bad = total_bad + thread:get("bad")
-  end
-  io.write(string.format("checked: good %d bad %d\\n", total_good, total_bad))
-end
 `;
   await Deno.writeTextFile(path, script);
   return path;
@@ -678,13 +655,8 @@ async function loadStore(
     script: target.script,
     scriptArgs: [String(settings.threads), String(settings.transactions), target.marker],
   });
-  const checked = /^checked: good (\d+) bad (\d+)$/m.exec(text);
-  if (!checked) throw new Error(`no check counts in wrk's output:\n${text}`);
-  return {
-    ...parseWrk(text),
-    checkedGood: Number(checked[1]),
-    checkedBad: Number(checked[2]),
-  };
+  const { checkedGood, checkedBad } = parseCheckedAnswers(text);
+  return { ...parseWrk(text), checkedGood, checkedBad };
 }
 
 // --- main ----------------------------------------------------------------------------------------

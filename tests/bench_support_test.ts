@@ -8,11 +8,13 @@ import {
   formatTable,
   loadOptionsFromFlags,
   loadSettings,
+  parseCheckedAnswers,
   parseWrk,
   pct,
   percentile,
   scanStdout,
   spread,
+  WRK_CHECKED_ANSWERS_LUA,
 } from "../bench/support.ts";
 import {
   formatDate,
@@ -239,4 +241,20 @@ Deno.test("parseOnly keeps the run order and refuses unknown names", () => {
   assert.deepEqual(parseOnly("cold-start, health,health"), ["health", "cold-start"]);
   assert.throws(() => parseOnly("health,verfy"), /--only takes .*got "health,verfy"/);
   assert.throws(() => parseOnly(","), /--only/);
+});
+
+Deno.test("bench support: the checked-answers Lua prints what parseCheckedAnswers reads", () => {
+  // The format string and the parser must stay in step: both live in bench/support.ts.
+  assert.match(WRK_CHECKED_ANSWERS_LUA, /"checked: good %d bad %d wrapped %d next %d\\n"/);
+  const text = "Requests/sec: 1.00\nchecked: good 97 bad 3 wrapped 0 next 4096\n" +
+    'first wrong: 500 {"valid":false}\n';
+  assert.deepEqual(parseCheckedAnswers(text), {
+    checkedGood: 97,
+    checkedBad: 3,
+    wrapped: 0,
+    nextBase: 4096,
+    firstWrong: '500 {"valid":false}',
+  });
+  assert.equal(parseCheckedAnswers("checked: good 1 bad 0 wrapped 2 next 3\n").firstWrong, null);
+  assert.throws(() => parseCheckedAnswers("checked: good 1 bad 0\n"), /no check counts/);
 });
