@@ -735,31 +735,15 @@ async function runStoreaVerify(world: World, p: Value<typeof storeaVerifyProbe>)
     transactionId: named[p.transactionId] ?? p.transactionId,
     environment: p.environment,
   };
-  for (const change of p.changes) valid[change.field] = change.value;
-  const fields = arb.jsonObject({ ...p.extra, ...valid });
-  const transactionId = fields.transactionId;
-  const body = arb.buildBody(p.body, JSON.stringify(fields));
-  const authorization = arb.buildApiKeyAuth(p.auth, world.keys);
-  const holder = arb.apiKeyHolder(authorization, world.keys);
   const callsBefore = world.storeaApi.requests.length;
-  const answer = await send(world.service, {
-    method: "POST",
+  const { fields, answer, shape, exact: admission } = await sendVerifyProbe(world, p, {
     path: "/v1/storea/verify",
-    headers: { authorization, "content-type": p.contentType },
-    body,
-    transport: p.transport,
+    valid,
+    violation: arb.storeaBodyViolation,
   });
-
-  // Spec 5.2, then decisions.md 6's order: key, body, credentials, store.
-  let exact: string | undefined;
-  const shape = arb.keepsShape(p.body) && Object.keys(p.extra).length === 0 &&
-    wellFormed(fields);
-  if (holder === null) exact = "UNAUTHENTICATED";
-  else if (!arb.isJsonContentType(p.contentType)) exact = "INVALID_REQUEST";
-  else if (body.length > arb.VERIFY_LIMIT) exact = "INVALID_REQUEST";
-  else if (shape && arb.storeaBodyViolation(fields) !== null) exact = "INVALID_REQUEST";
-  else if (shape && holder === "bare") exact = "CREDENTIALS_MISSING";
-  else if (shape && typeof transactionId === "string") {
+  const transactionId = fields.transactionId;
+  let exact = admission;
+  if (exact === undefined && shape && typeof transactionId === "string") {
     const t = world.transactions;
     const env = fields.environment;
     if (transactionId === t.production && env !== "sandbox") exact = "VALID";
@@ -819,40 +803,77 @@ async function runStorebVerify(world: World, p: Value<typeof storebVerifyProbe>)
     purchaseToken: tokens[p.purchaseToken] ?? p.purchaseToken,
     type: p.type,
   };
-  for (const change of p.changes) valid[change.field] = change.value;
-  const fields = arb.jsonObject({ ...p.extra, ...valid });
-  const purchaseToken = fields.purchaseToken;
-  const body = arb.buildBody(p.body, JSON.stringify(fields));
-  const authorization = arb.buildApiKeyAuth(p.auth, world.keys);
-  const holder = arb.apiKeyHolder(authorization, world.keys);
-  const answer = await send(world.service, {
-    method: "POST",
+  const { fields, answer, shape, exact: admission } = await sendVerifyProbe(world, p, {
     path: "/v1/storeb/verify",
-    headers: { authorization, "content-type": p.contentType },
-    body,
-    transport: p.transport,
+    valid,
+    violation: arb.storebBodyViolation,
   });
-
-  let exact: string | undefined;
-  const shape = arb.keepsShape(p.body) && Object.keys(p.extra).length === 0 &&
-    wellFormed(fields);
-  if (holder === null) exact = "UNAUTHENTICATED";
-  else if (!arb.isJsonContentType(p.contentType)) exact = "INVALID_REQUEST";
-  else if (body.length > arb.VERIFY_LIMIT) exact = "INVALID_REQUEST";
-  else if (shape && arb.storebBodyViolation(fields) !== null) exact = "INVALID_REQUEST";
-  else if (shape && holder === "bare") exact = "CREDENTIALS_MISSING";
-  else if (shape && fields.packageName !== PACKAGE_NAME) exact = "200:PACKAGE_NAME_MISMATCH";
-  else if (shape && [fields.productId, purchaseToken].every(isPlainSegment)) {
-    const { subscriptionToken, productToken, productId } = world.purchases;
-    const found = fields.type === "subscription"
-      ? purchaseToken === subscriptionToken
-      : purchaseToken === productToken && fields.productId === productId;
-    exact = found ? "VALID" : "200:PURCHASE_NOT_FOUND";
+  const purchaseToken = fields.purchaseToken;
+  let exact = admission;
+  if (exact === undefined && shape) {
+    if (fields.packageName !== PACKAGE_NAME) exact = "200:PACKAGE_NAME_MISMATCH";
+    else if ([fields.productId, purchaseToken].every(isPlainSegment)) {
+      const { subscriptionToken, productToken, productId } = world.purchases;
+      const found = fields.type === "subscription"
+        ? purchaseToken === subscriptionToken
+        : purchaseToken === productToken && fields.productId === productId;
+      exact = found ? "VALID" : "200:PURCHASE_NOT_FOUND";
+    }
   }
   checkAnswer(world, answer, {
     route: { kind: "found", name: "storeb-verify", tenantId: null },
     exact,
   });
+}
+
+/** What a verify probe shares: how its request is sent, and who its key belongs to. */
+interface VerifyProbe {
+  auth: Value<typeof arb.apiKeyAuth>;
+  contentType: Value<typeof arb.contentType>;
+  body: Value<ReturnType<typeof arb.bodyRecipe>>;
+  transport: Value<typeof arb.transport>;
+  changes: { field: string; value: unknown }[];
+  extra: Record<string, unknown>;
+}
+
+/**
+ * Sends a verify probe: `valid` fields with the probe's changes and extra fields, in the probe's
+ * body, content type, key and transport. `exact` is the answer the admission checks decide, in
+ * spec 5.2 and decisions.md 6's order (key, content type, size, body, credentials), or undefined
+ * when they let it through to the store; `shape` says whether the fields reached the service as
+ * built (the store's own checks can then be predicted).
+ */
+async function sendVerifyProbe(
+  world: World,
+  p: VerifyProbe,
+  request: {
+    path: string;
+    valid: Record<string, unknown>;
+    violation: (fields: Record<string, unknown>) => string | null;
+  },
+) {
+  const valid = { ...request.valid };
+  for (const change of p.changes) valid[change.field] = change.value;
+  const fields = arb.jsonObject({ ...p.extra, ...valid });
+  const body = arb.buildBody(p.body, JSON.stringify(fields));
+  const authorization = arb.buildApiKeyAuth(p.auth, world.keys);
+  const holder = arb.apiKeyHolder(authorization, world.keys);
+  const answer = await send(world.service, {
+    method: "POST",
+    path: request.path,
+    headers: { authorization, "content-type": p.contentType },
+    body,
+    transport: p.transport,
+  });
+  const shape = arb.keepsShape(p.body) && Object.keys(p.extra).length === 0 &&
+    wellFormed(fields);
+  let exact: string | undefined;
+  if (holder === null) exact = "UNAUTHENTICATED";
+  else if (!arb.isJsonContentType(p.contentType)) exact = "INVALID_REQUEST";
+  else if (body.length > arb.VERIFY_LIMIT) exact = "INVALID_REQUEST";
+  else if (shape && request.violation(fields) !== null) exact = "INVALID_REQUEST";
+  else if (shape && holder === "bare") exact = "CREDENTIALS_MISSING";
+  return { fields, answer, shape, exact };
 }
 
 /**
