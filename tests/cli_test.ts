@@ -166,6 +166,8 @@ Deno.test("cli: exit codes 1 (missing target) and 2 (bad usage) with a JSON erro
 
     // 2: bad usage.
     fails(await cli("frobnicate"), 2, "USAGE", "unknown command");
+    fails(await cli("constructor"), 2, "USAGE", "a name of Object's methods is no command");
+    fails(await cli("toString", "x"), 2, "USAGE", "a name of Object's methods is no command");
     fails(await cli("tenant", "frobnicate"), 2, "USAGE", "unknown subcommand");
     fails(await cli("tenant", "create"), 2, "USAGE", "tenant create without --name");
     fails(

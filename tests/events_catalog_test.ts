@@ -93,6 +93,15 @@ Deno.test("store A: products, refunds, tests and unknown types", () => {
   );
   // A known type without a transaction has no subject.
   assert.equal(classifyStorea({ notificationType: "DID_RENEW" }, null).subject, null);
+  // Names of Object's own methods are unknown types like any other, not a lookup of the method.
+  for (const type of ["constructor", "valueOf", "toString", "__proto__", "hasOwnProperty"]) {
+    assert.deepEqual(classifyStorea({ notificationType: type }, SUBSCRIPTION), {
+      event: "unknown",
+      reason: null,
+      platformEvent: `storea.${type.toLowerCase()}`,
+      subject: null,
+    }, type);
+  }
   assert.equal(classifyStorea({}, null).platformEvent, "storea.unknown");
 });
 

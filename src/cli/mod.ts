@@ -443,10 +443,12 @@ const COMMANDS: Record<string, Command> = {
 export async function runCli(argv: string[], context: CliContext): Promise<number> {
   let command: Command | undefined;
   let rest: string[] = [];
-  if (argv.length >= 2 && COMMANDS[`${argv[0]} ${argv[1]}`]) {
-    command = COMMANDS[`${argv[0]} ${argv[1]}`];
+  // Own properties only: `constructor` or `toString` must not find Object's methods.
+  const pair = `${argv[0]} ${argv[1]}`;
+  if (argv.length >= 2 && Object.hasOwn(COMMANDS, pair)) {
+    command = COMMANDS[pair];
     rest = argv.slice(2);
-  } else if (argv.length >= 1 && COMMANDS[argv[0]]) {
+  } else if (argv.length >= 1 && Object.hasOwn(COMMANDS, argv[0])) {
     command = COMMANDS[argv[0]];
     rest = argv.slice(1);
   }

@@ -111,7 +111,8 @@ export function classifyStorea(
   const subtype = typeof notification.subtype === "string" ? notification.subtype : null;
   const isSubscription = transaction?.type === "Auto-Renewable Subscription";
 
-  const mapped = STOREA_EVENTS[type];
+  // The type comes from the store: an own-property lookup, or `valueOf` finds Object's method.
+  const mapped = Object.hasOwn(STOREA_EVENTS, type) ? STOREA_EVENTS[type] : undefined;
   let event = typeof mapped === "function" ? mapped(subtype) : mapped ?? "unknown";
   if (type === "REVOKE" && transaction !== null && !isSubscription) event = "product.revoked";
 
@@ -177,7 +178,9 @@ function classifyPurchaseNotification(
   },
 ): CatalogEntry {
   const type = notification.notificationType;
-  const event = typeof type === "number" ? kind.events[type] : undefined;
+  const event = typeof type === "number" && Object.hasOwn(kind.events, type)
+    ? kind.events[type]
+    : undefined;
   const token = notification.purchaseToken;
   return {
     event: event ?? "unknown",
