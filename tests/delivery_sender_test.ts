@@ -63,6 +63,22 @@ Deno.test("sender: the target is checked at send time, its resolved addresses in
       resolve: () => Promise.reject(new Error("NXDOMAIN")),
     }, /does not resolve \(.*NXDOMAIN/);
   });
+  await t.step("a resolver that never answers ends the attempt within its timeout", async () => {
+    let signalled: AbortSignal | undefined;
+    const started = performance.now();
+    const result = await sendDelivery(request("https://hanging-dns.example/x"), {
+      ...strict([]),
+      timeoutMs: 300,
+      resolve: (_host, signal) => {
+        signalled = signal;
+        return new Promise(() => {}); // ignores the signal too
+      },
+    });
+    const elapsed = performance.now() - started;
+    assert.match(result.error ?? "", /did not resolve within 300 ms/);
+    assert.ok(elapsed < 2_000, `the attempt took ${Math.round(elapsed)} ms`);
+    assert.ok(signalled?.aborted, "the lookup's signal was not aborted");
+  });
   await t.step("a tenant without a secret is not sent to", async () => {
     const result = await sendDelivery(
       { ...request("http://127.0.0.1:9/x"), secrets: [] },

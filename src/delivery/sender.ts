@@ -8,6 +8,7 @@ import { callbackUrlProblem, isPublicAddress } from "./callback_url.ts";
 import { signatureHeader } from "./signature.ts";
 import { readStreamPrefix } from "../http/body.ts";
 import type { AttemptResult } from "./queue.ts";
+import { DeadlineExceededError, withDeadline } from "../deadline.ts";
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -29,8 +30,12 @@ export interface SenderOptions {
   timeoutMs: number;
   /** `CALLBACK_ALLOW_INSECURE`: allow http and private, loopback or link-local targets. */
   allowInsecure: boolean;
-  /** Resolves a host name to addresses; `Deno.resolveDns` by default (tests may replace it). */
-  resolve?: (host: string) => Promise<string[]>;
+  /**
+   * Resolves a host name to addresses; `Deno.resolveDns` by default (tests may replace it). It
+   * shares the attempt's `timeoutMs`: a resolver that never answers ends the attempt, not the
+   * dispatcher's slot.
+   */
+  resolve?: (host: string, signal: AbortSignal) => Promise<string[]>;
 }
 
 /** Makes one signed delivery attempt. */
@@ -50,13 +55,14 @@ export async function sendDelivery(
     ...fields,
   });
 
+  // One deadline for the whole attempt, name resolution included.
+  const signal = AbortSignal.timeout(options.timeoutMs);
   // decisions.md 9: the target is checked again at send time, its resolved addresses included.
-  const problem = await targetProblem(request.callbackUrl, options);
+  const problem = await targetProblem(request.callbackUrl, options, signal);
   if (problem !== null) return result({ error: `callback URL refused: ${problem}` });
   if (request.secrets.length === 0) return result({ error: "the tenant has no webhook secret" });
 
   const timestamp = Math.floor(attemptedAt.getTime() / 1000);
-  const signal = AbortSignal.timeout(options.timeoutMs);
   try {
     const response = await fetch(request.callbackUrl, {
       method: "POST",
@@ -90,15 +96,24 @@ export async function sendDelivery(
 }
 
 /** Why the callback may not be called now, or null. */
-async function targetProblem(url: string, options: SenderOptions): Promise<string | null> {
+async function targetProblem(
+  url: string,
+  options: SenderOptions,
+  signal: AbortSignal,
+): Promise<string | null> {
   const problem = callbackUrlProblem(url, options.allowInsecure);
   if (problem !== null || options.allowInsecure) return problem;
   const host = new URL(url).hostname.replace(/^\[|\]$/g, "");
   if (isIP(host) !== 0) return null; // a literal address was checked above
   let addresses: string[];
   try {
-    addresses = await (options.resolve ?? resolveHost)(host);
+    // The deadline holds even for a resolver that ignores the signal.
+    const lookup = (options.resolve ?? resolveHost)(host, signal);
+    addresses = await withDeadline(lookup, options.timeoutMs);
   } catch (error) {
+    if (error instanceof DeadlineExceededError || signal.aborted) {
+      return `${host} did not resolve within ${options.timeoutMs} ms`;
+    }
     return `${host} does not resolve (${describe(error)})`;
   }
   if (addresses.length === 0) return `${host} does not resolve`;
@@ -108,10 +123,10 @@ async function targetProblem(url: string, options: SenderOptions): Promise<strin
     : `${host} resolves to ${blocked}, a private, loopback, link-local or metadata address`;
 }
 
-async function resolveHost(host: string): Promise<string[]> {
+async function resolveHost(host: string, signal: AbortSignal): Promise<string[]> {
   const lookups = await Promise.allSettled([
-    Deno.resolveDns(host, "A"),
-    Deno.resolveDns(host, "AAAA"),
+    Deno.resolveDns(host, "A", { signal }),
+    Deno.resolveDns(host, "AAAA", { signal }),
   ]);
   const addresses = lookups.flatMap((lookup) => lookup.status === "fulfilled" ? lookup.value : []);
   if (addresses.length === 0 && lookups[0].status === "rejected") throw lookups[0].reason;
