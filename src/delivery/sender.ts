@@ -8,7 +8,7 @@ import { callbackUrlProblem, isPublicAddress } from "./callback_url.ts";
 import { signatureHeader } from "./signature.ts";
 import { readStreamPrefix } from "../http/body.ts";
 import type { AttemptResult } from "./queue.ts";
-import { DeadlineExceededError, withDeadline } from "../deadline.ts";
+import { DeadlineExceededError, timeoutSignal, withDeadline } from "../deadline.ts";
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -56,14 +56,15 @@ export async function sendDelivery(
   });
 
   // One deadline for the whole attempt, name resolution included.
-  const signal = AbortSignal.timeout(options.timeoutMs);
-  // decisions.md 9: the target is checked again at send time, its resolved addresses included.
-  const problem = await targetProblem(request.callbackUrl, options, signal);
-  if (problem !== null) return result({ error: `callback URL refused: ${problem}` });
-  if (request.secrets.length === 0) return result({ error: "the tenant has no webhook secret" });
-
-  const timestamp = Math.floor(attemptedAt.getTime() / 1000);
+  const deadline = timeoutSignal(options.timeoutMs);
+  const signal = deadline.signal;
   try {
+    // decisions.md 9: the target is checked again at send time, its resolved addresses included.
+    const problem = await targetProblem(request.callbackUrl, options, signal);
+    if (problem !== null) return result({ error: `callback URL refused: ${problem}` });
+    if (request.secrets.length === 0) return result({ error: "the tenant has no webhook secret" });
+
+    const timestamp = Math.floor(attemptedAt.getTime() / 1000);
     const response = await fetch(request.callbackUrl, {
       method: "POST",
       body: request.payload,
@@ -92,6 +93,8 @@ export async function sendDelivery(
     return result({
       error: timedOut ? `no answer within ${options.timeoutMs} ms` : describe(error),
     });
+  } finally {
+    deadline.clear();
   }
 }
 

@@ -3,6 +3,7 @@
  * environment(s), verifies the JWS the App Store returned, checks the bundle and normalizes.
  */
 import { ServiceError } from "../errors.ts";
+import { timeoutSignal } from "../deadline.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
@@ -58,39 +59,42 @@ export class StoreaVerifier {
     const environments: StoreaEnvironmentName[] = mode === "auto"
       ? ["production", "sandbox"]
       : [mode];
-    const signal = AbortSignal.timeout(this.#options.timeoutMs);
-
-    let lastStatus = 404;
-    for (const [index, environment] of environments.entries()) {
-      const lookup = await this.#options.client.getTransactionInfo(
-        credentials,
-        input.transactionId,
-        { environment, signal },
-      );
-      const isLast = index === environments.length - 1;
-      if (lookup.kind === "unauthorized") {
-        // Production answers 401 for an app never released: worth trying sandbox. Anywhere
-        // else a 401 means the tenant's key is wrong, which the operator has to fix.
-        if (!isLast && environment === "production") continue;
-        throw new ServiceError(
-          "APPLE_API_ERROR",
-          `the App Store refused the tenant's API key in ${environment} (401); check its ` +
-            "key id, issuer id, bundle id and private key",
-          { details: { status: 401, upstreamCode: null } },
+    const { signal, clear } = timeoutSignal(this.#options.timeoutMs);
+    try {
+      let lastStatus = 404;
+      for (const [index, environment] of environments.entries()) {
+        const lookup = await this.#options.client.getTransactionInfo(
+          credentials,
+          input.transactionId,
+          { environment, signal },
         );
+        const isLast = index === environments.length - 1;
+        if (lookup.kind === "unauthorized") {
+          // Production answers 401 for an app never released: worth trying sandbox. Anywhere
+          // else a 401 means the tenant's key is wrong, which the operator has to fix.
+          if (!isLast && environment === "production") continue;
+          throw new ServiceError(
+            "APPLE_API_ERROR",
+            `the App Store refused the tenant's API key in ${environment} (401); check its ` +
+              "key id, issuer id, bundle id and private key",
+            { details: { status: 401, upstreamCode: null } },
+          );
+        }
+        if (lookup.kind === "not_found") {
+          lastStatus = 404;
+          continue;
+        }
+        return await this.#found(credentials, environment, lookup.signedTransactionInfo);
       }
-      if (lookup.kind === "not_found") {
-        lastStatus = 404;
-        continue;
-      }
-      return await this.#found(credentials, environment, lookup.signedTransactionInfo);
+      return {
+        valid: false,
+        error: "TRANSACTION_NOT_FOUND",
+        message: `no transaction with this id in ${environments.join(" or ")}`,
+        upstreamStatus: lastStatus,
+      };
+    } finally {
+      clear();
     }
-    return {
-      valid: false,
-      error: "TRANSACTION_NOT_FOUND",
-      message: `no transaction with this id in ${environments.join(" or ")}`,
-      upstreamStatus: lastStatus,
-    };
   }
 
   async #found(

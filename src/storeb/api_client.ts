@@ -4,6 +4,7 @@
  * failure, and one with a fresh token after a 401, all under one deadline.
  */
 import { invalidRequest } from "../errors.ts";
+import { timeoutSignal } from "../deadline.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
 import {
   googleApiError,
@@ -58,7 +59,7 @@ export class StorebApiClient {
     options: GetPurchaseOptions = {},
   ): Promise<UpstreamResponse> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const deadline = AbortSignal.timeout(timeoutMs);
+    const { signal: deadline, clear } = timeoutSignal(timeoutMs);
     const url = this.#purchaseUrl(query);
     let retried = false;
     let refreshedToken = false;
@@ -110,6 +111,8 @@ export class StorebApiClient {
         });
       }
       throw error;
+    } finally {
+      clear();
     }
   }
 

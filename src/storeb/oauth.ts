@@ -8,6 +8,7 @@
  */
 import { createHash } from "node:crypto";
 import { importPKCS8, SignJWT } from "jose";
+import { timeoutSignal } from "../deadline.ts";
 import {
   googleApiError,
   parseJsonBody,
@@ -128,7 +129,7 @@ export class AccessTokenSource {
 
   async #requestToken(account: ServiceAccount): Promise<string> {
     const assertion = await this.#assertion(account);
-    const deadline = AbortSignal.timeout(this.#timeoutMs);
+    const { signal: deadline, clear } = timeoutSignal(this.#timeoutMs);
     let response;
     try {
       response = await requestUpstream(this.#tokenUrl, {
@@ -152,6 +153,8 @@ export class AccessTokenSource {
         upstreamCode: null,
         cause: error,
       });
+    } finally {
+      clear();
     }
     const body = parseJsonBody(response.text);
     const fields = typeof body === "object" && body !== null ? body as Record<string, unknown> : {};
