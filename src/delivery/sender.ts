@@ -8,7 +8,7 @@ import { callbackUrlProblem, isPublicAddress } from "./callback_url.ts";
 import { signatureHeader } from "./signature.ts";
 import { readStreamPrefix } from "../http/body.ts";
 import type { AttemptResult } from "./queue.ts";
-import { DeadlineExceededError, timeoutSignal, withDeadline } from "../deadline.ts";
+import { timeoutSignal, untilAborted } from "../abort.ts";
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -111,10 +111,9 @@ async function targetProblem(
   let addresses: string[];
   try {
     // The deadline holds even for a resolver that ignores the signal.
-    const lookup = (options.resolve ?? resolveHost)(host, signal);
-    addresses = await withDeadline(lookup, options.timeoutMs);
+    addresses = await untilAborted((options.resolve ?? resolveHost)(host, signal), signal);
   } catch (error) {
-    if (error instanceof DeadlineExceededError || signal.aborted) {
+    if (signal.aborted) {
       return `${host} did not resolve within ${options.timeoutMs} ms`;
     }
     return `${host} does not resolve (${describe(error)})`;

@@ -3,7 +3,7 @@
  * environment(s), verifies the JWS the App Store returned, checks the bundle and normalizes.
  */
 import { ServiceError } from "../errors.ts";
-import { timeoutSignal } from "../deadline.ts";
+import { timeoutSignal } from "../abort.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";

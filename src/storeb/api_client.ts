@@ -4,7 +4,7 @@
  * failure, and one with a fresh token after a 401, all under one deadline.
  */
 import { invalidRequest } from "../errors.ts";
-import { timeoutSignal } from "../deadline.ts";
+import { timeoutSignal } from "../abort.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
 import {
   googleApiError,

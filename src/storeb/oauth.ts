@@ -8,14 +8,8 @@
  */
 import { createHash } from "node:crypto";
 import { importPKCS8, SignJWT } from "jose";
-import { timeoutSignal } from "../deadline.ts";
-import {
-  googleApiError,
-  parseJsonBody,
-  requestUpstream,
-  untilAborted,
-  UpstreamUnreachable,
-} from "./upstream.ts";
+import { timeoutSignal, untilAborted } from "../abort.ts";
+import { googleApiError, parseJsonBody, requestUpstream, UpstreamUnreachable } from "./upstream.ts";
 
 /** The only scope the service asks for. */
 export const ANDROIDPUBLISHER_SCOPE = "https://www.googleapis.com/auth/androidpublisher";

@@ -102,16 +102,6 @@ export function pause(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-/** Settles like `promise`, or rejects as soon as `signal` aborts. */
-export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
-
 /**
  * An error's message and its causes' (fetch puts the reason, e.g. "Connection refused", in its
  * cause), with every URL cut out: fetch errors quote the URL they failed on.
