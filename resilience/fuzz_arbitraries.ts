@@ -879,6 +879,7 @@ export function storeaBodyViolation(body: unknown): string | null {
   const { transactionId, environment } = body as Record<string, unknown>;
   if (typeof transactionId !== "string") return "transactionId is not a string";
   if (transactionId.length === 0 || tooLong(transactionId, 128)) return "transactionId length";
+  if (isDotSegment(transactionId)) return "transactionId is a dot segment";
   if (environment !== undefined && environment !== "production" && environment !== "sandbox") {
     return "environment";
   }
@@ -893,9 +894,15 @@ export function storebBodyViolation(body: unknown): string | null {
     const value = fields[name as string];
     if (typeof value !== "string") return `${name} is not a string`;
     if (value.length === 0 || tooLong(value, max as number)) return `${name} length`;
+    if (name !== "packageName" && isDotSegment(value)) return `${name} is a dot segment`;
   }
   if (fields.type !== "subscription" && fields.type !== "product") return "type";
   return null;
+}
+
+/** "." or "..": a URL resolves them away, so a field bound for one is refused. */
+function isDotSegment(value: string): boolean {
+  return value === "." || value === "..";
 }
 
 /** A JSON object without its `undefined` fields, as `JSON.stringify` would send it. */

@@ -812,7 +812,7 @@ async function runStorebVerify(world: World, p: Value<typeof storebVerifyProbe>)
   let exact = admission;
   if (exact === undefined && shape) {
     if (fields.packageName !== PACKAGE_NAME) exact = "200:PACKAGE_NAME_MISMATCH";
-    else if ([fields.productId, purchaseToken].every(isPlainSegment)) {
+    else {
       const { subscriptionToken, productToken, productId } = world.purchases;
       const found = fields.type === "subscription"
         ? purchaseToken === subscriptionToken
@@ -882,11 +882,6 @@ async function sendVerifyProbe(
  */
 function wellFormed(fields: Record<string, unknown>): boolean {
   return Object.values(fields).every((value) => typeof value !== "string" || value.isWellFormed());
-}
-
-/** A value the store's URL can carry as one path segment of well-formed Unicode. */
-function isPlainSegment(value: unknown): boolean {
-  return typeof value === "string" && value !== "." && value !== ".." && value.isWellFormed();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,13 +15,19 @@ import type { ValidationAudit } from "../audit/validation_audit.ts";
 
 /**
  * A request field that becomes a path segment of the store's URL: `min` to `max` characters of
- * well-formed Unicode. JSON can carry an unpaired surrogate (`"\ud800"`), which no URL can:
- * percent-encoding it threw, and the request failed with a 500.
+ * well-formed Unicode, and neither `.` nor `..`. JSON can carry an unpaired surrogate
+ * (`"\ud800"`), which no URL can: percent-encoding it threw, and the request failed with a 500.
+ * URL parsers resolve `.` and `..` away, so the request would ask another path of the store's API
+ * and its 404 would read as "not found". The store clients rely on this and only percent-encode.
  */
 export function pathSegmentField(min: number, max: number): z.ZodString {
-  return z.string().min(min).max(max).refine((value) => value.isWellFormed(), {
-    message: "must be well-formed Unicode (no unpaired surrogate)",
-  });
+  return z.string().min(min).max(max)
+    .refine((value) => value.isWellFormed(), {
+      message: "must be well-formed Unicode (no unpaired surrogate)",
+    })
+    .refine((value) => value !== "." && value !== "..", {
+      message: 'must not be "." or "..", which a URL resolves to another path',
+    });
 }
 
 /** What the verify endpoints share. */

@@ -3,7 +3,7 @@
  * the verify endpoint needs. One call is retried once when Apple says to try again (5xx,
  * errorCode 5000001) or the connection broke, within the caller's deadline.
  */
-import { invalidRequest, rateLimited, ServiceError } from "../errors.ts";
+import { rateLimited, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 
@@ -57,7 +57,9 @@ export class StoreaApiClient {
     const base = options.environment === "production"
       ? this.#options.productionUrl
       : this.#options.sandboxUrl;
-    const url = `${base.replace(/\/+$/, "")}/inApps/v1/transactions/${pathSegment(transactionId)}`;
+    const url = `${base.replace(/\/+$/, "")}/inApps/v1/transactions/${
+      // A path segment: the verify route refuses "." and ".." (pathSegmentField).
+      encodeURIComponent(transactionId)}`;
     const token = await this.#options.tokens.tokenFor(credentials);
     try {
       return await this.#call(url, token, options.signal);
@@ -112,18 +114,6 @@ export class StoreaApiClient {
       { details: { status: response.status, upstreamCode } },
     );
   }
-}
-
-/**
- * `transactionId` as one URL path segment. "." and ".." cannot be one: URL parsers resolve them,
- * so the request would go to another path of the API and its 404 would read as "not found". No
- * transaction id is named so.
- */
-function pathSegment(transactionId: string): string {
-  if (transactionId === "." || transactionId === "..") {
-    throw invalidRequest(`"${transactionId}" is not a transaction id`);
-  }
-  return encodeURIComponent(transactionId);
 }
 
 /** Maps what is left after the retry to 502 `APPLE_API_ERROR` (or passes a mapped error on). */

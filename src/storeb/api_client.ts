@@ -3,7 +3,6 @@
  * and purchases.products, with the retries that are safe for a read: one after a 5xx or a network
  * failure, and one with a fresh token after a 401, all under one deadline.
  */
-import { invalidRequest } from "../errors.ts";
 import { timeoutSignal } from "../abort.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
 import {
@@ -116,24 +115,15 @@ export class StorebApiClient {
     }
   }
 
+  // Path segments: the verify route refuses "." and ".." as product id or token
+  // (pathSegmentField), and the package name is the tenant's own.
   #purchaseUrl(query: PurchaseQuery): string {
     const app = `${this.#apiUrl}/androidpublisher/v3/applications/${
-      pathSegment(query.packageName)
+      encodeURIComponent(query.packageName)
     }/purchases`;
-    const token = pathSegment(query.purchaseToken);
+    const token = encodeURIComponent(query.purchaseToken);
     return query.type === "subscription"
       ? `${app}/subscriptionsv2/tokens/${token}`
-      : `${app}/products/${pathSegment(query.productId)}/tokens/${token}`;
+      : `${app}/products/${encodeURIComponent(query.productId)}/tokens/${token}`;
   }
-}
-
-/**
- * `value` as one URL path segment. "." and ".." cannot be one: URL parsers resolve them, which
- * would send the request to another path. No package, product or token is named so.
- */
-function pathSegment(value: string): string {
-  if (value === "." || value === "..") {
-    throw invalidRequest(`"${value}" is not a package name, product id or purchase token`);
-  }
-  return encodeURIComponent(value);
 }
