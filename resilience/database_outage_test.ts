@@ -97,8 +97,7 @@ async function outage(mode: "down" | "partition"): Promise<void> {
     env: {
       ...fixture.env,
       DATABASE_URL: proxied.toString(),
-      STOREA_API_URL_PRODUCTION: api.productionUrl,
-      STOREA_API_URL_SANDBOX: api.sandboxUrl,
+      ...api.serviceEnv,
       // Requests are answered within 3 x UPSTREAM_TIMEOUT + 5 s whatever the database does.
       UPSTREAM_TIMEOUT: "1s",
     },

@@ -696,12 +696,10 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
     await Deno.writeTextFile(accountFile, account.json);
     service = await startService({
       env: {
-        STOREA_API_URL_PRODUCTION: storeaApi.productionUrl,
-        STOREA_API_URL_SANDBOX: storeaApi.sandboxUrl,
+        ...storeaApi.serviceEnv,
+        ...play.serviceEnv,
+        ...issuer.serviceEnv,
         STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
-        STOREB_API_URL: play.apiUrl,
-        STOREB_TOKEN_URL: play.tokenUrl,
-        STOREB_OIDC_CERTS_URL: issuer.certsUrl,
         UPSTREAM_TIMEOUT: "3s",
         RATE_LIMIT_BURST: "40",
         RATE_LIMIT_PER_SECOND: "1",

@@ -62,8 +62,7 @@ Deno.test("store A verify through HTTP against the App Store simulator", async (
   });
   const service = await startService({
     env: {
-      STOREA_API_URL_PRODUCTION: api.productionUrl,
-      STOREA_API_URL_SANDBOX: api.sandboxUrl,
+      ...api.serviceEnv,
       STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
       UPSTREAM_TIMEOUT: "2s",
       VALIDATION_AUDIT_ENABLED: "true",

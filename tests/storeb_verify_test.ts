@@ -81,8 +81,7 @@ Deno.test("storeb verify: every answer of spec 4.2 through a real service", asyn
   const play = await startStorebSimulator();
   const service = await startService({
     env: {
-      STOREB_API_URL: play.apiUrl,
-      STOREB_TOKEN_URL: play.tokenUrl,
+      ...play.serviceEnv,
       RATE_LIMIT_BURST: "1000",
       UPSTREAM_TIMEOUT: "3s",
       VALIDATION_AUDIT_ENABLED: "true",

@@ -146,7 +146,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
   const receiver = await startCallbackReceiver();
   const service = await startService({
     env: {
-      STOREB_OIDC_CERTS_URL: issuer.certsUrl,
+      ...issuer.serviceEnv,
       DELIVERY_RETRY_SCHEDULE: "1s,1s",
       DELIVERY_TIMEOUT: "2s",
     },

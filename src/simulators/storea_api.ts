@@ -110,6 +110,8 @@ export interface StoreaApiSimulator {
   readonly productionUrl: string;
   /** Base URL of sandbox (`http://127.0.0.1:PORT/sandbox`). */
   readonly sandboxUrl: string;
+  /** The service's variables that point it at this simulator (both environments). */
+  readonly serviceEnv: Record<string, string>;
   /** Every call received, in the order they were answered (or dropped). Tests may clear it. */
   readonly requests: StoreaApiRequestRecord[];
   /** Number of distinct bearer tokens presented so far, accepted or not. */
@@ -145,7 +147,7 @@ export interface StoreaApiSimulator {
  * await api.addKey({ issuerId, keyId: "ABC123DEFG", bundleId: "com.example.app", privateKeyPem });
  * await api.addTransaction("sandbox", signer.sampleTransaction({ transactionId: "2000000000000001" }));
  * api.script("production", storeaRateLimitedAnswer());
- * // configure the service with STOREA_API_URL_PRODUCTION=api.productionUrl, ...
+ * // configure the service with api.serviceEnv (STOREA_API_URL_PRODUCTION, ..._SANDBOX)
  * await api.close();
  * ```
  */
@@ -191,6 +193,12 @@ interface Answer {
 class ApiSimulator implements StoreaApiSimulator {
   productionUrl = "";
   sandboxUrl = "";
+  get serviceEnv(): Record<string, string> {
+    return {
+      STOREA_API_URL_PRODUCTION: this.productionUrl,
+      STOREA_API_URL_SANDBOX: this.sandboxUrl,
+    };
+  }
   readonly requests: StoreaApiRequestRecord[] = [];
   productionUnauthorized: boolean;
   readonly #signer: StoreaSigner;

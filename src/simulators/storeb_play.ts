@@ -12,7 +12,7 @@
  *   purchaseToken: "tok",
  *   purchase: sampleSubscriptionPurchase(),
  * });
- * // run the service with STOREB_API_URL=play.apiUrl STOREB_TOKEN_URL=play.tokenUrl
+ * // run the service with play.serviceEnv (STOREB_API_URL, STOREB_TOKEN_URL)
  * play.script({ status: 503 }); // the next API call fails once
  * await play.close();
  * ```
@@ -214,6 +214,11 @@ export class StorebSimulator {
   /** URL of the OAuth token endpoint (`STOREB_TOKEN_URL`); also the `aud` it expects. */
   get tokenUrl(): string {
     return `${this.#origin}/token`;
+  }
+
+  /** The service's variables that point it at this simulator. */
+  get serviceEnv(): Record<string, string> {
+    return { STOREB_API_URL: this.apiUrl, STOREB_TOKEN_URL: this.tokenUrl };
   }
 
   /** Calls received by the token endpoint, answered or not. */

@@ -6,7 +6,7 @@
  *
  * ```ts
  * const issuer = await startPushTokenIssuer();
- * // run the service with STOREB_OIDC_CERTS_URL=issuer.certsUrl
+ * // run the service with issuer.serviceEnv (STOREB_OIDC_CERTS_URL)
  * const token = await issuer.mint({
  *   audience: "https://relay.example.com/v1/webhooks/storeb/tenant_01",
  *   email: "pubsub-push@example-project.iam.gserviceaccount.com",
@@ -68,6 +68,8 @@ export interface PushTokenClaimsInput {
 export interface PushTokenIssuer {
   /** URL of the JWKS (`http://127.0.0.1:PORT/oauth2/v3/certs`), for `STOREB_OIDC_CERTS_URL`. */
   readonly certsUrl: string;
+  /** The service's variable that points it at this issuer (`STOREB_OIDC_CERTS_URL`). */
+  readonly serviceEnv: Record<string, string>;
   /** The default `iss` of minted tokens: `https://accounts.google.com`. */
   readonly issuer: string;
   /**
@@ -237,6 +239,9 @@ interface SigningKey {
 
 class OidcIssuer implements PushTokenIssuer {
   certsUrl = "";
+  get serviceEnv(): Record<string, string> {
+    return { STOREB_OIDC_CERTS_URL: this.certsUrl };
+  }
   readonly issuer = GOOGLE_ISSUER;
   certsRequests = 0;
   #cacheControl: string;
