@@ -4,8 +4,8 @@
  * App Store Server Notification, in the same process, one verification at a time.
  *
  * Ours runs on the ES256 engine the service picks here (OpenSSL's libcrypto when it opens), and
- * again on WebCrypto, its fallback. All verify the outer `signedPayload` only: ours by design (nested JWS are verified by the
- * caller), Apple's because `verifyAndDecodeNotification` calls `verifyJWT` on the signedPayload
+ * again on WebCrypto, its fallback. All verify the outer `signedPayload` only: ours by design
+ * (nested JWS are verified by the caller), Apple's because `verifyAndDecodeNotification` calls `verifyJWT` on the signedPayload
  * alone (dist/jws_verification.js of 3.1.0). With `enableOnlineChecks` false Apple's library keeps
  * no cache, so it checks the certificate chain on every call; ours checks a chain once and
  * remembers it, then costs one ES256 verification and the decoding of the JWS.

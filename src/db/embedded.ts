@@ -312,7 +312,10 @@ class NotificationScanner {
   }
 }
 
-/** Parse and Describe of the unnamed statement, then Flush: the first half of a describe-first query. */
+/**
+ * Parse and Describe of the unnamed statement, then Flush: the first half of a describe-first
+ * query.
+ */
 function isUnnamedDescribe(unit: Uint8Array[]): boolean {
   if (unit.length !== 3) return false;
   const [parse, describe] = unit;
