@@ -1,7 +1,8 @@
 /**
  * Ingest: a verified notification becomes an event and its delivery, committed together in one
  * statement (so one transaction) before the receiver answers 200 (decisions.md 7), so an
- * acknowledged notification is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
+ * acknowledged notification is never lost. Deduplication is the database's:
+ * `UNIQUE (tenant_id, source, external_id)`.
  */
 import type { Sql } from "../db/connect.ts";
 import { newId } from "../ids.ts";
