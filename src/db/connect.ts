@@ -109,7 +109,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
           );
         }
         lockFile.close();
-        return embeddedClient(dataDir, options.poolSize, null, async () => {});
+        return embeddedClient({ socketDir: dataDir }, options.poolSize, async () => {});
       }
       if (await lockFile.tryLock(true)) break;
       if (Date.now() >= deadline) {
@@ -125,40 +125,41 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
   }
 
   let server: EmbeddedServer;
-  let privateDir: string | null = null;
   try {
-    if (!options.shareEmbedded) {
-      // Inside DATA_DIR: the only place the process may write, and private to its owner.
-      privateDir = join(dataDir, `.private-${Deno.pid}`);
-      await Deno.mkdir(privateDir, { recursive: true, mode: 0o700 });
-    }
-    server = await startEmbeddedServer(dataDir, privateDir ?? dataDir);
+    // A service shares its engine on DATA_DIR's socket; a CLI that opened it alone keeps it to
+    // itself and connects in memory.
+    server = await startEmbeddedServer(dataDir, options.shareEmbedded ? dataDir : null);
   } catch (error) {
     lockFile.close();
     throw new DatabaseUnavailableError(
       `the embedded database could not start: ${describe(error)}`,
-      {
-        cause: error,
-      },
+      { cause: error },
     );
   }
-  return embeddedClient(server.socketDir, options.poolSize, server, async () => {
+  return embeddedClient({ engine: server }, options.poolSize, async () => {
     await server.close();
-    if (privateDir) await Deno.remove(privateDir, { recursive: true }).catch(() => {});
     await lockFile.unlock().catch(() => {});
     lockFile.close();
   });
 }
 
+/** Where a client of the embedded engine connects: this process's engine, or another's socket. */
+type EmbeddedRoute = { engine: EmbeddedServer } | { socketDir: string };
+
+/**
+ * The client of an embedded engine. The process that hosts it connects in memory: its connections
+ * never cross a Unix socket (see memory_socket.ts for why).
+ */
 function embeddedClient(
-  socketDir: string,
+  route: EmbeddedRoute,
   poolSize: number,
-  host: EmbeddedServer | null,
   stop: () => Promise<void>,
 ): Database {
+  const engine = "engine" in route ? route.engine : null;
   const sql = postgres({
-    host: socketDir,
-    port: 5432,
+    ...("engine" in route
+      ? { socket: () => route.engine.connect() }
+      : { host: route.socketDir, port: 5432 }),
     user: "postgres",
     database: "postgres",
     max: poolSize,
@@ -173,7 +174,7 @@ function embeddedClient(
   return {
     sql,
     engine: "embedded",
-    listen: (channel, onNotify) => host?.listen(channel, onNotify) ?? Promise.resolve(),
+    listen: (channel, onNotify) => engine?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
       await sql.end({ timeout: 5 });
       await stop();

@@ -1,7 +1,8 @@
 /**
- * The embedded engine: PGlite (PostgreSQL compiled to WebAssembly) in `DATA_DIR`, served on a
- * Unix socket so that `npm:postgres` talks to it exactly as to a PostgreSQL server, and so that
- * the admin CLI can use the database while the service runs.
+ * The embedded engine: PGlite (PostgreSQL compiled to WebAssembly) in `DATA_DIR`, spoken to in
+ * PostgreSQL's wire protocol so that `npm:postgres` talks to it exactly as to a PostgreSQL server.
+ * The process that hosts it connects through in-memory sockets (`connect()`); other processes
+ * (the admin CLI while the service runs) through a Unix socket in `DATA_DIR`.
  *
  * PGlite has one session. The server below lets several connections share it safely: it runs a
  * connection's messages up to each Sync (or simple Query) as one unit under a lock, and keeps
@@ -24,6 +25,8 @@
 import type { PGlite } from "@electric-sql/pglite";
 import net from "node:net";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
+import { type MemorySocket, memorySocketPair } from "./memory_socket.ts";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
@@ -49,8 +52,10 @@ const TRANSACTION_IDLE_LIMIT_MS = 30_000;
 
 /** A running embedded engine. */
 export interface EmbeddedServer {
-  /** The directory holding the socket (`host` for `npm:postgres`). */
-  socketDir: string;
+  /** The directory holding the Unix socket (`host` for `npm:postgres`), if it serves one. */
+  socketDir: string | null;
+  /** A new connection from this process: the client's end (`socket` for `npm:postgres`). */
+  connect(): MemorySocket;
   /**
    * Calls `onNotify` on every `NOTIFY channel`, whichever connection sends it. It runs under the
    * session lock, so it never lands inside a client's open transaction.
@@ -72,33 +77,44 @@ class SessionLock {
   }
 }
 
-/** Opens PGlite in `dataDir/pglite` and serves it on a socket in `socketDir`. */
+/**
+ * Opens PGlite in `dataDir/pglite`. With a `socketDir`, it is also served on a Unix socket there,
+ * for other processes; without one, only this process can use it.
+ */
 export async function startEmbeddedServer(
   dataDir: string,
-  socketDir: string,
+  socketDir: string | null,
 ): Promise<EmbeddedServer> {
   // Loaded here, not at the top: a service on PostgreSQL never pays PGlite's memory.
   const { PGlite } = await import("@electric-sql/pglite");
   const db = await PGlite.create(join(dataDir, "pglite"));
   const lock = new SessionLock();
-  const sockets = new Set<net.Socket>();
+  const sockets = new Set<Duplex>();
   const listeners = new Map<string, Set<() => void>>();
   const startupAnswers = new Map<string, Uint8Array>();
-  const server = net.createServer((socket) => {
+  const serve = (socket: Duplex) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
     serveConnection({ db, lock, socket, listeners, startupAnswers });
-  });
-  const socketPath = join(socketDir, SOCKET_NAME);
-  await Deno.remove(socketPath).catch(() => {});
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(socketPath, () => resolve());
-  });
-  await Deno.chmod(socketPath, 0o600);
+  };
+  const server = socketDir === null ? null : net.createServer(serve);
+  const socketPath = socketDir === null ? null : join(socketDir, SOCKET_NAME);
+  if (server !== null && socketPath !== null) {
+    await Deno.remove(socketPath).catch(() => {});
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(socketPath, () => resolve());
+    });
+    await Deno.chmod(socketPath, 0o600);
+  }
 
   return {
     socketDir,
+    connect() {
+      const [client, own] = memorySocketPair();
+      serve(own);
+      return client;
+    },
     async listen(channel, onNotify) {
       const release = await lock.acquire();
       try {
@@ -114,10 +130,11 @@ export async function startEmbeddedServer(
     },
     async close() {
       await new Promise<void>((resolve) => {
-        server.close(() => resolve());
+        if (server === null) resolve();
+        else server.close(() => resolve());
         for (const socket of sockets) socket.destroy();
       });
-      await Deno.remove(socketPath).catch(() => {});
+      if (socketPath !== null) await Deno.remove(socketPath).catch(() => {});
       const release = await lock.acquire();
       try {
         await db.close();
@@ -132,7 +149,7 @@ export async function startEmbeddedServer(
 interface ConnectionContext {
   db: PGlite;
   lock: SessionLock;
-  socket: net.Socket;
+  socket: Duplex;
   listeners: Map<string, Set<() => void>>;
   /** PGlite's answers to startup messages, by the message's bytes (latin1). */
   startupAnswers: Map<string, Uint8Array>;
