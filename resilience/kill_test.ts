@@ -25,14 +25,7 @@ const NOTIFICATIONS = 400;
 /** The kill lands once this many notifications were acknowledged. */
 const KILL_AFTER_ACKS = 150;
 
-Deno.test({
-  name: `SIGKILL while notifications stream in loses nothing acknowledged (${ENGINE})`,
-  // Known issue on the embedded engine: after the restart, under this backlog, queries of
-  // npm:postgres connections can go unanswered (the client never sends them) and deliveries
-  // stall; it passed 5 local runs in a row and then failed in CI. The PostgreSQL run is the proof
-  // until the cause is found (docs/operations.md, "Resilience").
-  ignore: ENGINE === "embedded",
-}, async () => {
+Deno.test(`SIGKILL while notifications stream in loses nothing acknowledged (${ENGINE})`, async () => {
   const fixture = await relayFixture();
   // Slow answers keep attempts in flight, so the kill lands in the middle of some.
   const receiver = await startCallbackReceiver();
