@@ -7,7 +7,7 @@ import { hashApiKey, mintApiKey, parseBearerKey } from "../src/auth/api_key.ts";
 import { Router } from "../src/http/router.ts";
 import { callbackUrlProblem, isPublicAddress } from "../src/delivery/callback_url.ts";
 import { ServiceError } from "../src/errors.ts";
-import { isId, newId } from "../src/ids.ts";
+import { isId, newId, ulidFactory } from "../src/ids.ts";
 import { Logger } from "../src/log.ts";
 
 Deno.test("config: defaults match decisions.md 4", () => {
@@ -227,6 +227,27 @@ Deno.test("ids: prefix and ULID, monotonic", () => {
   assert.deepEqual([...ids].sort(), ids);
   assert.equal(new Set(ids).size, ids.length);
   assert.equal(isId("tenant", ids[0]), false);
+});
+
+Deno.test("ids: the time part encodes the millisecond; the random part counts up and carries", () => {
+  let clock = 1469918176385; // the ULID specification's example: 01ARYZ6S41
+  // High half 0, low half 2^40 - 1: the second id of the millisecond carries into the high half.
+  const next = ulidFactory(
+    () => clock,
+    (bytes) => bytes.set([0, 0, 0, 0, 0, 255, 255, 255, 255, 255]),
+  );
+  const first = next();
+  const second = next();
+  assert.equal(first, "01ARYZ6S41" + "00000000" + "ZZZZZZZZ");
+  assert.equal(second, "01ARYZ6S41" + "00000001" + "00000000");
+  // A clock that steps back keeps counting in the last millisecond: order is kept.
+  clock -= 5;
+  const third = next();
+  assert.equal(third, "01ARYZ6S41" + "00000001" + "00000001");
+  clock += 10;
+  const fourth = next();
+  assert.ok(fourth.startsWith("01ARYZ6S46"), fourth); // 5 ms after the first
+  assert.deepEqual([first, second, third, fourth].toSorted(), [first, second, third, fourth]);
 });
 
 Deno.test("logger: JSON lines with ts, level, msg; levels; no stack in production", () => {
