@@ -45,8 +45,8 @@ const CREDENTIALS_TTL_MS = 1_000;
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
-  // Unreadable roots stop the boot here rather than fail every notification later.
   const es256Engine = await selectEs256Engine(config.cryptoEngine);
+  // Unreadable roots stop the boot here rather than fail every notification later.
   const storeaJws = new StoreaJwsVerifier({
     rootCertificates: await readRootCertificates(config.storeaRootCerts),
     engine: es256Engine,

@@ -1,24 +1,27 @@
-/** The embedded engine's socket server: many connections share PGlite's one session safely. */
+/**
+ * The embedded engine: many connections, in memory from the hosting process and through its Unix
+ * socket from others, share PGlite's one session safely.
+ */
 import assert from "node:assert/strict";
-import { connectDatabase } from "../src/db/connect.ts";
+import { connectDatabase, type Database } from "../src/db/connect.ts";
+import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
+
+/** The engine in `dataDir`, hosted as the service does, or through the host's socket (the CLI). */
+function openEmbedded(dataDir: string, poolSize: number, host: boolean): Promise<Database> {
+  return connectDatabase({
+    databaseUrl: null,
+    dataDir,
+    poolSize,
+    timeoutMs: host ? 30_000 : 5_000,
+    shareEmbedded: host,
+  });
+}
 
 Deno.test("embedded: concurrent transactions from many connections stay isolated", async () => {
   const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
-  const db = await connectDatabase({
-    databaseUrl: null,
-    dataDir,
-    poolSize: 8,
-    timeoutMs: 30_000,
-    shareEmbedded: true,
-  });
-  // A second client, as the admin CLI would be, on the same socket.
-  const other = await connectDatabase({
-    databaseUrl: null,
-    dataDir,
-    poolSize: 2,
-    timeoutMs: 5_000,
-    shareEmbedded: false,
-  });
+  const db = await openEmbedded(dataDir, 8, true);
+  // A second client, as the admin CLI would be, on the engine's socket.
+  const other = await openEmbedded(dataDir, 2, false);
   try {
     await db.sql`CREATE TABLE counters (id int PRIMARY KEY, n int NOT NULL)`;
     await db.sql`INSERT INTO counters VALUES (1, 0)`;
@@ -84,13 +87,7 @@ async function startupAnswer(socketPath: string, message: Uint8Array): Promise<U
 
 Deno.test("embedded: a known startup is answered at once while a transaction holds the session", async () => {
   const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
-  const db = await connectDatabase({
-    databaseUrl: null,
-    dataDir,
-    poolSize: 2,
-    timeoutMs: 30_000,
-    shareEmbedded: true,
-  });
+  const db = await openEmbedded(dataDir, 2, true);
   const socketPath = `${dataDir}/.s.PGSQL.5432`;
   const message = startupMessage({ user: "postgres", database: "postgres", x: "1" });
   let finish!: () => void;
@@ -109,19 +106,15 @@ Deno.test("embedded: a known startup is answered at once while a transaction hol
     });
     await inside;
 
-    const timeout = (ms: number) =>
-      new Promise<never>((_, reject) =>
-        setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms)
-      );
-    const again = await Promise.race([startupAnswer(socketPath, message), timeout(2_000)]);
+    const again = await withDeadline(startupAnswer(socketPath, message), 2_000);
     assert.deepEqual(again, first);
     // A startup PGlite has not answered before still waits for the session.
     const other = startupMessage({ user: "postgres", database: "postgres", x: "2" });
     const unknown = startupAnswer(socketPath, other);
-    const outcome = await Promise.race([
-      unknown.then(() => "answered"),
-      timeout(300).catch(() => "waiting"),
-    ]);
+    const outcome = await withDeadline(unknown, 300).then(
+      () => "answered",
+      (error) => error instanceof DeadlineExceededError ? "waiting" : Promise.reject(error),
+    );
     assert.equal(outcome, "waiting");
     finish();
     await transaction;

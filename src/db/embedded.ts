@@ -12,7 +12,8 @@
  * A parameterised query outside a transaction takes the client two round trips (Parse, Describe
  * and Flush, then Bind, Execute and Sync once it knows the parameter types). The lock is not
  * kept between them: a client that is slow to send the second half would stop every other
- * connection (npm:postgres sometimes never sends it on a connection opened under load). The
+ * connection (over the Unix socket, under load, the second half sometimes never came; see
+ * memory_socket.ts). The
  * server remembers the Parse instead and runs it again just before the Bind, hiding its second
  * ParseComplete; the unnamed statement is the same text, so the result is the same.
  *
