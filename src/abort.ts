@@ -1,4 +1,5 @@
 /** Abort signals that end work: a time limit that can be released, and waiting on a signal. */
+import { afterDeadline } from "./shared_timers.ts";
 
 /** A signal that aborts after a time limit, and the way to release it early. */
 export interface TimeoutSignal {
@@ -12,16 +13,17 @@ export interface TimeoutSignal {
  * but whose timer can be cleared. `AbortSignal.timeout` keeps its timer, its signal and all that
  * listens on it (a `fetch` and its request) alive until the time is up: with a 10 s upstream
  * deadline and thousands of verifications a second, that held about 150 MB and slowed every
- * garbage collection (docs/benchmarks.md, "Verify"). Unlike that one, this timer keeps the event
- * loop running until it fires or is cleared: a deadline always ends the work it bounds.
+ * garbage collection (docs/benchmarks.md, "Verify"). The deadline is a shared one
+ * (src/shared_timers.ts): it may fire up to 25 ms late, and until it fires or is cleared it keeps
+ * the event loop running, so a deadline always ends the work it bounds.
  */
 export function timeoutSignal(ms: number): TimeoutSignal {
   const controller = new AbortController();
-  const timer = setTimeout(
-    () => controller.abort(new DOMException("Signal timed out.", "TimeoutError")),
+  const clear = afterDeadline(
     ms,
+    () => controller.abort(new DOMException("Signal timed out.", "TimeoutError")),
   );
-  return { signal: controller.signal, clear: () => clearTimeout(timer) };
+  return { signal: controller.signal, clear };
 }
 
 /** Settles like `promise`, or rejects as soon as `signal` aborts. */

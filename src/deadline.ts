@@ -1,4 +1,5 @@
 /** Deadlines on work that may never settle (a database that accepts but never answers). */
+import { afterDeadline } from "./shared_timers.ts";
 
 /** Work that did not settle within its deadline. */
 export class DeadlineExceededError extends Error {
@@ -10,13 +11,14 @@ export class DeadlineExceededError extends Error {
 }
 
 /**
- * `work`, or a {@linkcode DeadlineExceededError} once `ms` have passed. The work itself runs on
- * (a promise cannot be cancelled); its later rejection is handled here, never unhandled.
+ * `work`, or a {@linkcode DeadlineExceededError} once `ms` have passed (up to 25 ms later: the
+ * deadline is a shared one, src/shared_timers.ts). The work itself runs on (a promise cannot be
+ * cancelled); its later rejection is handled here, never unhandled.
  */
 export function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let cancel: () => void = () => {};
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DeadlineExceededError(ms)), ms);
+    cancel = afterDeadline(ms, () => reject(new DeadlineExceededError(ms)));
   });
-  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
+  return Promise.race([work, expired]).finally(cancel);
 }

@@ -126,7 +126,7 @@ function upstreamError(error: unknown): unknown {
       cause: error.cause,
     });
   }
-  // The deadline passed (AbortSignal.timeout) or the caller gave up.
+  // The deadline passed (timeoutSignal) or the caller gave up.
   return new ServiceError("APPLE_API_ERROR", "the App Store did not answer in time", {
     details: { status: null, upstreamCode: null },
     cause: error,
