@@ -33,6 +33,7 @@ import {
   writeStoreaKeyFile,
 } from "../tests/helpers/fixtures.ts";
 import { cliOk, createTenantWithCallback } from "../tests/helpers/relay.ts";
+import { rawExchange } from "../tests/helpers/raw_http.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
 import { StoreaSigner } from "../src/simulators/storea_signer.ts";
 import { startStoreaApiSimulator, type StoreaApiSimulator } from "../src/simulators/storea_api.ts";
@@ -1175,70 +1176,14 @@ async function runRaw(world: World, p: Value<typeof rawProbe>): Promise<void> {
   // A body shorter than its Content-Length ends only when the client half-closes. The server
   // may then answer, or close the connection without answering; it must not hang.
   const incomplete = p.lengthMode === "larger";
-  const answer = await rawExchange(world.service.port, request, incomplete);
+  const answer = await rawExchange(world.service.port, request, {
+    halfClose: incomplete,
+    boundMs: ANSWER_BOUND_MS,
+  });
   if (answer === null && incomplete) return;
   assert.ok(answer !== null, "the connection closed without an answer");
   const route = arb.routeOf(p.method, p.path);
   checkAnswer(world, answer, { route });
-}
-
-/**
- * Writes `request` on a new connection, half-closes it when asked, and reads the first answer:
- * null when the server closed the connection without one; fails when the server neither answers
- * nor closes within the bound.
- */
-async function rawExchange(
-  port: number,
-  request: Uint8Array,
-  halfClose: boolean,
-): Promise<Answer | null> {
-  const connection = await Deno.connect({ hostname: "127.0.0.1", port });
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    connection.close();
-  }, ANSWER_BOUND_MS);
-  const chunks: Uint8Array[] = [];
-  try {
-    await connection.write(request);
-    // Without a half-close: Deno's server drops an answer when the client's side ends first.
-    if (halfClose) await connection.closeWrite();
-    const buffer = new Uint8Array(64 * 1024);
-    while (true) {
-      const n = await connection.read(buffer).catch(() => null);
-      if (n === null) break;
-      chunks.push(buffer.slice(0, n));
-    }
-  } finally {
-    clearTimeout(timer);
-    try {
-      connection.close();
-    } catch {
-      // closed by the timer
-    }
-  }
-  const bytes = new Uint8Array(chunks.reduce((sum, c) => sum + c.length, 0));
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.length;
-  }
-  assert.ok(!timedOut, `no answer within ${ANSWER_BOUND_MS} ms`);
-  if (bytes.length === 0) return null;
-  const text = new TextDecoder().decode(bytes);
-  const end = text.indexOf("\r\n\r\n");
-  assert.ok(end !== -1, `not an HTTP answer: ${JSON.stringify(text.slice(0, 200))}`);
-  const [statusLine, ...headerLines] = text.slice(0, end).split("\r\n");
-  const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(statusLine)?.[1]);
-  const headers = new Headers();
-  for (const line of headerLines) {
-    const colon = line.indexOf(":");
-    headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
-  }
-  const length = Number(headers.get("content-length") ?? NaN);
-  let content = text.slice(end + 4);
-  if (Number.isFinite(length)) content = content.slice(0, length);
-  return { status, headers, text: content };
 }
 
 // ---------------------------------------------------------------------------------------------
