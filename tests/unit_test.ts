@@ -193,6 +193,29 @@ Deno.test("router: params, 404 and 405", () => {
   assert.equal(router.match("GET", "/HEALTH").kind, "not_found");
 });
 
+Deno.test("router: a route without parameters wins; other methods still reach the rest", () => {
+  const exact = () => new Response("exact");
+  const param = () => new Response("param");
+  const router = new Router([
+    { method: "GET", pattern: "/v1/items/:id", handler: param },
+    { method: "GET", pattern: "/v1/items/new", handler: exact },
+    { method: "POST", pattern: "/v1/items/:id", handler: param },
+  ]);
+  const get = router.match("GET", "/v1/items/new");
+  assert.ok(get.kind === "found" && get.handler === exact);
+  assert.deepEqual(get.params, {});
+  const post = router.match("POST", "/v1/items/new");
+  assert.ok(post.kind === "found" && post.handler === param);
+  assert.deepEqual(post.params, { id: "new" });
+  assert.deepEqual(router.match("DELETE", "/v1/items/new"), {
+    kind: "method_not_allowed",
+    allowed: ["GET", "POST"],
+  });
+  const other = router.match("GET", "/v1/items/7");
+  assert.ok(other.kind === "found" && other.handler === param);
+  assert.deepEqual(other.params, { id: "7" });
+});
+
 Deno.test("callback URLs: production rules and the insecure override", () => {
   assert.equal(callbackUrlProblem("https://hooks.example.com/relay", false), null);
   for (

@@ -33,22 +33,35 @@ interface CompiledRoute extends Route {
   segments: string[];
 }
 
-/** Matches requests to routes. */
+/** The params of a route without parameters; shared, so it is frozen. */
+const NO_PARAMS: Record<string, string> = Object.freeze({});
+
+/** Matches requests to routes. A route without parameters wins over one with them. */
 export class Router {
   #routes: CompiledRoute[];
+  /** Routes without parameters by method and path: most requests are answered by one lookup. */
+  #exact = new Map<string, Handler>();
 
   constructor(routes: Route[]) {
     this.#routes = routes.map((route) => ({ ...route, segments: route.pattern.split("/") }));
+    for (const route of routes) {
+      const key = `${route.method} ${route.pattern}`;
+      if (!route.pattern.includes("/:") && !this.#exact.has(key)) {
+        this.#exact.set(key, route.handler);
+      }
+    }
   }
 
   match(method: string, path: string): RouteMatch {
+    const exact = this.#exact.get(`${method} ${path}`);
+    if (exact !== undefined) return { kind: "found", handler: exact, params: NO_PARAMS };
     const segments = path.split("/");
     const allowed: string[] = [];
     for (const route of this.#routes) {
       const params = matchSegments(route.segments, segments);
       if (params === null) continue;
       if (route.method === method) return { kind: "found", handler: route.handler, params };
-      allowed.push(route.method);
+      if (!allowed.includes(route.method)) allowed.push(route.method);
     }
     return allowed.length > 0 ? { kind: "method_not_allowed", allowed } : { kind: "not_found" };
   }
