@@ -72,18 +72,9 @@ export class Logger {
 
   log(level: RecordLevel, msg: string, fields?: Record<string, unknown>): void {
     if (RANK[level] < this.#minimum) return;
-    this.logMembers(level, msg, fields === undefined ? "" : JSON.stringify(fields).slice(1, -1));
-  }
-
-  /**
-   * Writes a record whose fields are already JSON object members (`"a":1,"b":"x"`, or `""` for
-   * none). The per-request line uses it: serializing a fresh object for every request is most of
-   * what a line costs.
-   */
-  logMembers(level: RecordLevel, msg: string, members: string): void {
-    if (RANK[level] < this.#minimum) return;
     const head = `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`;
-    this.#pending += members === "" ? `${head}}\n` : `${head},${members}}\n`;
+    const tail = fields === undefined ? "" : JSON.stringify(fields).slice(1, -1);
+    this.#pending += tail === "" ? `${head}}\n` : `${head},${tail}}\n`;
     if (this.#pending.length >= FLUSH_BYTES) {
       this.flush();
     } else if (!this.#scheduled) {

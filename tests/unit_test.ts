@@ -293,25 +293,6 @@ Deno.test("logger: JSON lines with ts, level, msg; levels; no stack in productio
   assert.deepEqual(fields, { errorClass: "TypeError" });
 });
 
-Deno.test("logger: pre-serialized members make the same line as a fields object", () => {
-  const chunks: string[] = [];
-  const logger = new Logger({
-    level: "info",
-    write: (bytes) => chunks.push(new TextDecoder().decode(bytes)),
-  });
-  logger.info("m", { path: '/a"b', n: 1.5, none: null });
-  logger.logMembers("info", "m", '"path":"/a\\"b","n":1.5,"none":null');
-  logger.logMembers("info", "bare", "");
-  logger.logMembers("debug", "hidden", '"a":1');
-  logger.flush();
-  const lines = chunks.join("").trim().split("\n").map((line) => JSON.parse(line));
-  assert.equal(lines.length, 3);
-  const { ts: _a, ...fromObject } = lines[0];
-  const { ts: _b, ...fromMembers } = lines[1];
-  assert.deepEqual(fromMembers, fromObject);
-  assert.deepEqual(Object.keys(lines[2]), ["ts", "level", "msg"]);
-});
-
 Deno.test("logger: the timestamp follows the clock across milliseconds", async () => {
   const chunks: string[] = [];
   const logger = new Logger({ write: (bytes) => chunks.push(new TextDecoder().decode(bytes)) });

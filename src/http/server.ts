@@ -86,17 +86,14 @@ export function createRequestHandler(
         response.headers.set("x-request-id", context.reqId);
         response.headers.set("x-service-version", version);
         if (inFlight?.draining) response.headers.set("connection", "close");
-        // The members are written out rather than serialized from an object: this line is
-        // written for every request, and only the method and path need escaping.
-        const latencyMs = Math.round((performance.now() - started) * 100) / 100;
-        const tenantId = context.tenantId === null ? "null" : JSON.stringify(context.tenantId);
-        log.logMembers(
-          "info",
-          "http_request",
-          `"reqId":"${context.reqId}","method":${JSON.stringify(request.method)},` +
-            `"path":${JSON.stringify(path)},"status":${response.status},` +
-            `"latencyMs":${latencyMs},"tenantId":${tenantId}`,
-        );
+        log.info("http_request", {
+          reqId: context.reqId,
+          method: request.method,
+          path,
+          status: response.status,
+          latencyMs: Math.round((performance.now() - started) * 100) / 100,
+          tenantId: context.tenantId,
+        });
         return response;
       } finally {
         inFlight?.leave();
