@@ -1,5 +1,8 @@
 /**
- * `GET /health` of the real service against a bare `Deno.serve` answering the same body.
+ * `GET /health` of the real service against a bare `Deno.serve` answering the same body, and
+ * against a floor: the bare server plus only the headers and log line the spec asks of every
+ * response (`bench/floor_health_server.ts`), which tells how much of the gap any implementation
+ * would pay on the machine.
  *
  * Each server runs as its own `deno` process pinned to one core (`taskset -c 0`); `wrk` runs pinned
  * to another (`taskset -c 1`), first for a warm-up, then for the measured run with `--latency`.
@@ -79,12 +82,16 @@ export interface HealthBenchmarkResult {
   machine: Machine;
   settings: LoadSettings;
   bare: TargetResult;
+  /** The bare server plus the spec's per-request headers and log line, and nothing else. */
+  floor: TargetResult;
   /** The service on PostgreSQL: the production setup, which the goals are judged on. */
   service: TargetResult;
   /** The service on the embedded engine. */
   serviceEmbedded: TargetResult;
   /** service req/s divided by bare req/s. */
   ratio: number;
+  /** floor req/s divided by bare req/s: the most the spec's per-request work leaves. */
+  floorRatio: number;
   /** serviceEmbedded req/s divided by bare req/s. */
   ratioEmbedded: number;
   goal: {
@@ -119,6 +126,13 @@ export async function runHealthBenchmark(
     options.keepTemp,
     startBareTarget,
   );
+  const floor = await measure(
+    "floor: bare + required headers and log line",
+    settings,
+    progress,
+    options.keepTemp,
+    startFloorTarget,
+  );
   const database = await createDatabase();
   let service: TargetResult;
   try {
@@ -139,7 +153,7 @@ export async function runHealthBenchmark(
     options.keepTemp,
     serviceTarget({}),
   );
-  for (const target of [service, serviceEmbedded]) {
+  for (const target of [floor, service, serviceEmbedded]) {
     if (target.httpRequestLogLines < target.requests) {
       throw new Error(
         `${target.name} wrote ${target.httpRequestLogLines} http_request lines for ` +
@@ -156,9 +170,11 @@ export async function runHealthBenchmark(
     machine,
     settings,
     bare,
+    floor,
     service,
     serviceEmbedded,
     ratio,
+    floorRatio: floor.requestsPerSecond / bare.requestsPerSecond,
     ratioEmbedded: serviceEmbedded.requestsPerSecond / bare.requestsPerSecond,
     goal: {
       minRatio: MIN_RATIO,
@@ -189,6 +205,7 @@ export function formatHealthTable(result: HealthBenchmarkResult): string {
     { header: "req/s vs bare", numeric: true },
   ], [
     row(result.bare, "1.00"),
+    row(result.floor, result.floorRatio.toFixed(2)),
     row(result.service, result.ratio.toFixed(2)),
     row(result.serviceEmbedded, result.ratioEmbedded.toFixed(2)),
   ]);
@@ -196,7 +213,7 @@ export function formatHealthTable(result: HealthBenchmarkResult): string {
 
 /** One line per goal, saying whether it is met. */
 export function formatHealthGoal(result: HealthBenchmarkResult): string {
-  const { goal, ratio, service, serviceEmbedded } = result;
+  const { goal, ratio, service, serviceEmbedded, floor, floorRatio } = result;
   const mark = (met: boolean) => (met ? "met" : "NOT met");
   return [
     `- on PostgreSQL, req/s at least ${pct(goal.minRatio)} of bare: ${pct(ratio)}, ${
@@ -205,6 +222,10 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
     `- on PostgreSQL, peak RSS under ${goal.maxRssMb} MB: ${service.rssMb.toFixed(1)} MB, ${
       mark(goal.rssMet)
     }`,
+    `- the floor, bare plus the spec's per-request headers and log line: ${pct(floorRatio)} ` +
+    `of bare; the service on PostgreSQL reaches ${
+      pct(service.requestsPerSecond / floor.requestsPerSecond)
+    } of the floor`,
     `- on the embedded engine (not judged): ${pct(result.ratioEmbedded)} of bare, peak RSS ${
       serviceEmbedded.rssMb.toFixed(1)
     } MB, most of it the in-process database`,
@@ -275,6 +296,9 @@ async function measure(
 
 const startBareTarget: Starter = (tmp, settings) =>
   startBaseline("bench/bare_health_server.ts", `${tmp}/`, { core: settings.serverCore });
+
+const startFloorTarget: Starter = (tmp, settings) =>
+  startBaseline("bench/floor_health_server.ts", `${tmp}/`, { core: settings.serverCore });
 
 /** The service with `extra` in its production environment (`DATABASE_URL`, or none). */
 function serviceTarget(extra: Record<string, string>): Starter {

@@ -1,0 +1,61 @@
+/**
+ * The floor for `bench/health.ts`: the bare server plus only what the spec asks of every response,
+ * done as cheaply as this file knows how: the `X-Request-Id` and `X-Service-Version` headers, and
+ * one `http_request` JSON line per request on stdout, buffered and written once per macrotask as
+ * the service writes its lines. No routing, no error handling, no shutdown.
+ *
+ * The service cannot be faster than this; the gap between this and the bare server is what the
+ * spec's per-request work costs on the machine, whatever the implementation.
+ */
+import { newId } from "../src/ids.ts";
+
+const BODY = JSON.stringify({ status: "ok", version: "dev" });
+const HEADERS = { "content-type": "application/json; charset=utf-8" };
+const encoder = new TextEncoder();
+
+const port = Number(Deno.env.get("PORT") ?? "8080");
+if (!Number.isInteger(port) || port < 1 || port > 65535) {
+  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
+}
+
+let pending = "";
+let scheduled = false;
+let stampMs = -1;
+let stamp = "";
+
+function flush(): void {
+  scheduled = false;
+  const bytes = encoder.encode(pending);
+  pending = "";
+  for (let offset = 0; offset < bytes.length;) {
+    offset += Deno.stdout.writeSync(bytes.subarray(offset));
+  }
+}
+
+Deno.serve(
+  { port, hostname: Deno.env.get("HOST") ?? "127.0.0.1", onListen: () => {} },
+  (request) => {
+    const started = performance.now();
+    const reqId = newId("req");
+    // Set one by one: a headers object with several entries costs more to build in Deno.
+    const response = new Response(BODY, { headers: HEADERS });
+    response.headers.set("x-request-id", reqId);
+    response.headers.set("x-service-version", "dev");
+    const now = Date.now();
+    if (now !== stampMs) {
+      stampMs = now;
+      stamp = new Date(now).toISOString();
+    }
+    const latencyMs = Math.round((performance.now() - started) * 100) / 100;
+    pending += `{"ts":"${stamp}","level":"info","msg":"http_request","reqId":"${reqId}",` +
+      `"method":"${request.method}","path":"/health","status":200,"latencyMs":${latencyMs},` +
+      `"tenantId":null}\n`;
+    if (pending.length >= 64 * 1024) {
+      flush();
+    } else if (!scheduled) {
+      scheduled = true;
+      setTimeout(flush, 0);
+    }
+    return response;
+  },
+);

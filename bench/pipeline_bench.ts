@@ -1,0 +1,55 @@
+/**
+ * The HTTP pipeline's own cost per request, measured in-process with `deno bench`: no sockets, no
+ * load generator, so the figures are steadier than a loopback run on a shared machine.
+ *
+ * Each group compares a bare handler building the same response with the service's pipeline
+ * (request id, routing, the two common headers, the `http_request` line) around the real
+ * `/health` route. Log lines go to a sink that drops them: writing them out is part of
+ * `bench/health.ts`, not of this file.
+ *
+ *     deno bench --allow-read bench/pipeline_bench.ts
+ * @module
+ */
+import { healthRoutes } from "../src/api/health.ts";
+import { Router } from "../src/http/router.ts";
+import { createRequestHandler, InFlight } from "../src/http/server.ts";
+import { Logger } from "../src/log.ts";
+
+const BODY = JSON.stringify({ status: "ok", version: "dev" });
+const HEADERS = { "content-type": "application/json; charset=utf-8" };
+
+const log = new Logger({ level: "info", production: true, write: () => {} });
+// The route table's shape matters to routing: the service has the health routes first, then
+// routes with a `:tenantId` parameter.
+const routes = [
+  ...healthRoutes({
+    version: "dev",
+    checkReadiness: () => Promise.resolve({ db: "ok", encryption: "ok" }),
+  }),
+  ...["storea", "storeb"].map((store) => ({
+    method: "POST",
+    pattern: `/v1/webhooks/${store}/:tenantId`,
+    handler: () => new Response(null, { status: 204 }),
+  })),
+];
+const handle = createRequestHandler({
+  router: new Router(routes),
+  version: "dev",
+  log,
+  inFlight: new InFlight(),
+});
+
+const health = new Request("http://127.0.0.1:8080/health");
+const unknown = new Request("http://127.0.0.1:8080/v1/nothing-here");
+
+Deno.bench("bare handler: GET /health", { group: "health", baseline: true }, () => {
+  new Response(BODY, { headers: HEADERS });
+});
+
+Deno.bench("pipeline: GET /health", { group: "health" }, () => {
+  handle(health);
+});
+
+Deno.bench("pipeline: unknown route, 404 envelope", { group: "not found" }, () => {
+  handle(unknown);
+});
