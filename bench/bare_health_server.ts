@@ -3,16 +3,11 @@
  * body and content type as the service's `GET /health`. It takes its port from `PORT` and logs
  * nothing, so the gap between the two is what the service's pipeline costs.
  */
+import { baselineAddress, HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 
-const BODY = JSON.stringify({ status: "ok", version: "dev" });
-const HEADERS = { "content-type": "application/json; charset=utf-8" };
-
-const port = Number(Deno.env.get("PORT") ?? "8080");
-if (!Number.isInteger(port) || port < 1 || port > 65535) {
-  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
-}
+const { port, hostname } = baselineAddress(8080);
 
 Deno.serve(
-  { port, hostname: Deno.env.get("HOST") ?? "127.0.0.1", onListen: () => {} },
-  () => new Response(BODY, { headers: HEADERS }),
+  { port, hostname, onListen: () => {} },
+  () => new Response(HEALTH_BODY, { headers: JSON_HEADERS }),
 );

@@ -6,14 +6,12 @@
  *
  * @module
  */
+import { baselineAddress } from "./baseline.ts";
 
-const port = Number(Deno.env.get("PORT") ?? "0");
-if (!Number.isInteger(port) || port < 0 || port > 65535) {
-  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
-}
+const { port, hostname } = baselineAddress(0);
 
 Deno.serve({
   port,
-  hostname: Deno.env.get("HOST") ?? "127.0.0.1",
+  hostname,
   onListen: (addr) => console.log(JSON.stringify({ msg: "listening", port: addr.port })),
 }, () => new Response(null));

@@ -12,17 +12,15 @@
  * @module
  */
 
-const HEADERS = { "content-type": "application/json; charset=utf-8" };
+import { baselineAddress, JSON_HEADERS } from "./baseline.ts";
+
 const PATH = /^\/v1\/webhooks\/storea\/[^/]+$/;
 
-const port = Number(Deno.env.get("PORT") ?? "8080");
-if (!Number.isInteger(port) || port < 1 || port > 65535) {
-  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
-}
+const { port, hostname } = baselineAddress(8080);
 let received = 0;
 
 Deno.serve(
-  { port, hostname: Deno.env.get("HOST") ?? "127.0.0.1", onListen: () => {} },
+  { port, hostname, onListen: () => {} },
   handle,
 );
 
@@ -40,5 +38,5 @@ async function handle(request: Request): Promise<Response> {
     isNew: true,
     enqueuedDelivery: true,
   };
-  return new Response(JSON.stringify(receipt), { headers: HEADERS });
+  return new Response(JSON.stringify(receipt), { headers: JSON_HEADERS });
 }

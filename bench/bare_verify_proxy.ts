@@ -18,20 +18,18 @@
  *
  * @module
  */
+import { baselineAddress } from "./baseline.ts";
 
 const JSON_HEADERS = { "content-type": "application/json" };
 
-const port = Number(Deno.env.get("PORT") ?? "8080");
-if (!Number.isInteger(port) || port < 1 || port > 65535) {
-  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
-}
+const { port, hostname } = baselineAddress(8080);
 const storeaUrl = Deno.env.get("STOREA_URL");
 const storeaAuthorization = `Bearer ${Deno.env.get("STOREA_TOKEN")}`;
 const storebUrl = Deno.env.get("STOREB_URL");
 const storebAuthorization = `Bearer ${Deno.env.get("STOREB_TOKEN")}`;
 
 Deno.serve(
-  { port, hostname: Deno.env.get("HOST") ?? "127.0.0.1", onListen: () => {} },
+  { port, hostname, onListen: () => {} },
   handle,
 );
 

@@ -8,15 +8,10 @@
  * what the spec's per-request work costs on the machine, before any of the service's own.
  */
 import { newId } from "../src/ids.ts";
-
-const BODY = JSON.stringify({ status: "ok", version: "dev" });
-const HEADERS = { "content-type": "application/json; charset=utf-8" };
+import { baselineAddress, HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 const encoder = new TextEncoder();
 
-const port = Number(Deno.env.get("PORT") ?? "8080");
-if (!Number.isInteger(port) || port < 1 || port > 65535) {
-  throw new Error(`PORT must be a port number, got ${Deno.env.get("PORT")}`);
-}
+const { port, hostname } = baselineAddress(8080);
 
 let pending = "";
 let scheduled = false;
@@ -33,12 +28,12 @@ function flush(): void {
 }
 
 Deno.serve(
-  { port, hostname: Deno.env.get("HOST") ?? "127.0.0.1", onListen: () => {} },
+  { port, hostname, onListen: () => {} },
   (request) => {
     const started = performance.now();
     const reqId = newId("req");
     // Set one by one: a headers object with several entries costs more to build in Deno.
-    const response = new Response(BODY, { headers: HEADERS });
+    const response = new Response(HEALTH_BODY, { headers: JSON_HEADERS });
     response.headers.set("x-request-id", reqId);
     response.headers.set("x-service-version", "dev");
     const now = Date.now();

@@ -50,6 +50,7 @@ import {
   writeProgress,
   type WrkFigures,
 } from "./support.ts";
+import { HEALTH_BODY, JSON_TYPE } from "./baseline.ts";
 
 /** Options of {@linkcode runHealthBenchmark}. */
 export type HealthBenchmarkOptions = LoadOptions;
@@ -107,9 +108,6 @@ export interface HealthBenchmarkResult {
 export const MIN_RATIO = 0.7;
 /** The goal: the service's peak RSS stays under this many MiB. */
 export const MAX_RSS_MB = 100;
-
-const HEALTH_BODY = JSON.stringify({ status: "ok", version: "dev" });
-const HEALTH_TYPE = "application/json; charset=utf-8";
 
 /** Runs the benchmark: the bare server first, then the service, each on a fresh process. */
 export async function runHealthBenchmark(
@@ -313,7 +311,7 @@ async function checkHealthResponse(url: string): Promise<void> {
   const response = await fetch(`${url}/health`);
   const body = await response.text();
   const type = response.headers.get("content-type");
-  if (response.status !== 200 || body !== HEALTH_BODY || type !== HEALTH_TYPE) {
+  if (response.status !== 200 || body !== HEALTH_BODY || type !== JSON_TYPE) {
     throw new Error(`${url}/health answered ${response.status} ${type} ${body}`);
   }
 }

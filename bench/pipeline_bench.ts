@@ -14,9 +14,7 @@ import { healthRoutes } from "../src/api/health.ts";
 import { Router } from "../src/http/router.ts";
 import { createRequestHandler, InFlight } from "../src/http/server.ts";
 import { Logger } from "../src/log.ts";
-
-const BODY = JSON.stringify({ status: "ok", version: "dev" });
-const HEADERS = { "content-type": "application/json; charset=utf-8" };
+import { HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 
 const log = new Logger({ level: "info", production: true, write: () => {} });
 // The route table's shape matters to routing: the service has the health routes first, then
@@ -43,7 +41,7 @@ const health = new Request("http://127.0.0.1:8080/health");
 const unknown = new Request("http://127.0.0.1:8080/v1/nothing-here");
 
 Deno.bench("bare handler: GET /health", { group: "health", baseline: true }, () => {
-  new Response(BODY, { headers: HEADERS });
+  new Response(HEALTH_BODY, { headers: JSON_HEADERS });
 });
 
 Deno.bench("pipeline: GET /health", { group: "health" }, () => {
