@@ -1,31 +1,19 @@
 /**
- * The floor for `bench/health.ts`: the bare server plus only what the spec asks of every response,
- * done as cheaply as this file knows how: the `X-Request-Id` and `X-Service-Version` headers, and
- * one `http_request` JSON line per request on stdout, buffered and written once per macrotask as
- * the service writes its lines. No routing, no error handling, no shutdown.
+ * The floor for `bench/health.ts`: the bare server plus only what the spec asks of every response:
+ * the `X-Request-Id` and `X-Service-Version` headers, and one `http_request` JSON line per request
+ * on stdout, written by the service's own logger (src/log.ts, which batches its writes). No
+ * routing, no error handling, no shutdown.
  *
  * It is the cheapest way we know to do that work: the gap between this and the bare server is
- * what the spec's per-request work costs on the machine, before any of the service's own.
+ * what the spec's per-request work costs on the machine, and the gap between this and the service
+ * is what the service's pipeline adds to it.
  */
 import { newId } from "../src/ids.ts";
+import { Logger } from "../src/log.ts";
 import { baselineAddress, HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
-const encoder = new TextEncoder();
 
 const { port, hostname } = baselineAddress(8080);
-
-let pending = "";
-let scheduled = false;
-let stampMs = -1;
-let stamp = "";
-
-function flush(): void {
-  scheduled = false;
-  const bytes = encoder.encode(pending);
-  pending = "";
-  for (let offset = 0; offset < bytes.length;) {
-    offset += Deno.stdout.writeSync(bytes.subarray(offset));
-  }
-}
+const log = new Logger({ level: "info", production: true });
 
 Deno.serve(
   { port, hostname, onListen: () => {} },
@@ -36,21 +24,14 @@ Deno.serve(
     const response = new Response(HEALTH_BODY, { headers: JSON_HEADERS });
     response.headers.set("x-request-id", reqId);
     response.headers.set("x-service-version", "dev");
-    const now = Date.now();
-    if (now !== stampMs) {
-      stampMs = now;
-      stamp = new Date(now).toISOString();
-    }
-    const latencyMs = Math.round((performance.now() - started) * 100) / 100;
-    pending += `{"ts":"${stamp}","level":"info","msg":"http_request","reqId":"${reqId}",` +
-      `"method":"${request.method}","path":"/health","status":200,"latencyMs":${latencyMs},` +
-      `"tenantId":null}\n`;
-    if (pending.length >= 64 * 1024) {
-      flush();
-    } else if (!scheduled) {
-      scheduled = true;
-      setTimeout(flush, 0);
-    }
+    log.info("http_request", {
+      reqId,
+      method: request.method,
+      path: "/health",
+      status: 200,
+      latencyMs: Math.round((performance.now() - started) * 100) / 100,
+      tenantId: null,
+    });
     return response;
   },
 );
