@@ -5,10 +5,11 @@
  *
  * Ours runs on the ES256 engine the service picks here (OpenSSL's libcrypto when it opens), and
  * again on WebCrypto, its fallback. All verify the outer `signedPayload` only: ours by design
- * (nested JWS are verified by the caller), Apple's because `verifyAndDecodeNotification` calls `verifyJWT` on the signedPayload
- * alone (dist/jws_verification.js of 3.1.0). With `enableOnlineChecks` false Apple's library keeps
- * no cache, so it checks the certificate chain on every call; ours checks a chain once and
- * remembers it, then costs one ES256 verification and the decoding of the JWS.
+ * (nested JWS are verified by the caller), Apple's because `verifyAndDecodeNotification` calls
+ * `verifyJWT` on the signedPayload alone (dist/jws_verification.js of 3.1.0). With
+ * `enableOnlineChecks` false Apple's library keeps no cache, so it checks the certificate chain on
+ * every call; ours checks a chain once and remembers it, then costs one ES256 verification and the
+ * decoding of the JWS.
  *
  * The rounds alternate ours and Apple's, so that a burst of noise from other processes falls on
  * both. As context it also times one ES256 check alone of the same signing input with the same
