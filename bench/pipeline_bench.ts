@@ -2,12 +2,12 @@
  * The HTTP pipeline's own cost per request, measured in-process with `deno bench`: no sockets, no
  * load generator, so the figures are steadier than a loopback run on a shared machine.
  *
- * Each group compares a bare handler building the same response with the service's pipeline
- * (request id, routing, the two common headers, the `http_request` line) around the real
- * `/health` route. Log lines go to a sink that drops them: writing them out is part of
- * `bench/health.ts`, not of this file.
+ * The `health` group compares a bare handler building the same response with the service's
+ * pipeline (request id, routing, the two common headers, the `http_request` line) around the real
+ * `/health` route; the `not found` group times a 404 with its error envelope. Log lines go to a
+ * sink that drops them: writing them out is part of `bench/health.ts`, not of this file.
  *
- *     deno bench --allow-read bench/pipeline_bench.ts
+ *     deno task bench:pipeline        # = deno bench bench/pipeline_bench.ts
  * @module
  */
 import { healthRoutes } from "../src/api/health.ts";
