@@ -15,7 +15,7 @@
  * both. As context it also times one ES256 check alone of the same signing input with the same
  * leaf key, on each engine, and the base64url decoding of the JWS as `src/storea/jws.ts` does it.
  *
- * Run it (from the repository root, with the test vectors in `../shared/vectors/` beside it):
+ * Run it from the repository root (the real notification is in `tests/fixtures/storea/`):
  *
  *     deno run --allow-read --allow-ffi bench/storea_jws.ts [--rounds 5] [--count 300] [--json]
  *
@@ -88,10 +88,10 @@ const APPLE_LIBRARY = "npm:@apple/app-store-server-library@3.1.0";
 /** The goal: ours verifies at least this many times as many JWS per second as Apple's. */
 export const MIN_RATIO = 5;
 
-const VECTORS = new URL("../../shared/vectors/storea/", import.meta.url);
+const VECTORS = new URL("../tests/fixtures/storea/", import.meta.url);
 const VECTOR_FILE = "real-sandbox/notification-01.jws";
 const ROOT_FILE = "roots/AppleRootCA-G3.cer";
-/** The app the real notifications belong to (shared/vectors/README.md). */
+/** The app the real notifications belong to (tests/fixtures/storea/README.md). */
 const BUNDLE_ID = "com.loki-project.loki-messenger";
 const APP_APPLE_ID = 1470168868;
 
