@@ -9,11 +9,16 @@
  * The document's answer and delivery schemas are open to new fields (docs/integration.md,
  * Compatibility), so the service's answers are checked against a strict view of them instead:
  * the service's own objects closed and `EventName` limited to its known names, so that an
- * undocumented field or event still fails here.
+ * undocumented field or event still fails here. The document must also work in the tools
+ * integrators feed it to: strict YAML 1.2 (js-yaml), the OpenAPI 3.1 schema, and Redocly's
+ * recommended lint rules.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parse } from "yaml";
+import { load } from "js-yaml";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import SwaggerParser from "@apidevtools/swagger-parser";
 import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
 import {
   createTenantWithKey,
@@ -66,9 +71,23 @@ import {
 // deno-lint-ignore no-explicit-any
 type Node = any;
 
-const DOC: Node = parse(
-  await Deno.readTextFile(new URL("../docs/openapi.yaml", import.meta.url)),
-);
+const DOC_TEXT = await Deno.readTextFile(new URL("../docs/openapi.yaml", import.meta.url));
+/** The document as strict tools read it: js-yaml (as swagger-parser and Redocly), YAML 1.2. */
+const DOC: Node = readDocument(DOC_TEXT);
+
+function readDocument(text: string): Node {
+  try {
+    return load(text);
+  } catch (error) {
+    // The usual cause: `deno fmt` splits a flow mapping or sequence (`{ ... }`, `[ ... ]`) longer
+    // than the line width over several lines, closing it at its key's indentation, which strict
+    // parsers refuse ("deficient indentation").
+    throw new Error(
+      "docs/openapi.yaml is not strict YAML 1.2; write a long `{ ... }` or `[ ... ]` as a block",
+      { cause: error },
+    );
+  }
+}
 const METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
 const BUNDLE_ID = "com.example.app"; // storeaCredentialArgs' bundle
 const PACKAGE = "com.example.app"; // storebCredentialArgs' package
@@ -785,6 +804,132 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     assertInvalid(delivery.schema, { ...renewal, raw: {} }, "a store B raw without message");
     const { reason: _, ...withoutReason } = renewal;
     assertInvalid(delivery.schema, withoutReason, "a payload without reason");
+  });
+});
+
+// ---- the document in the tools integrators use ----
+
+/** Every schema node reachable from `root`, through properties, branches and component `$ref`s. */
+function reachableSchemas(
+  root: Node,
+  at: string,
+  found = new Map<Node, string>(),
+): Map<Node, string> {
+  if (root === null || typeof root !== "object" || found.has(root)) return found;
+  found.set(root, at);
+  for (const [key, value] of Object.entries<Node>(root)) {
+    if (key === "$ref" && value.startsWith("#/components/schemas/")) {
+      reachableSchemas(pointer(value), value, found);
+    } else if (!["enum", "const", "examples", "default"].includes(key)) {
+      reachableSchemas(value, `${at}/${key}`, found);
+    }
+  }
+  return found;
+}
+
+/** Runs `deno` with `args` in the repository; its exit code and standard output. */
+async function deno(args: string[], stdin?: string): Promise<{ code: number; stdout: string }> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    cwd: new URL("../", import.meta.url),
+    stdin: stdin === undefined ? "null" : "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  if (stdin !== undefined) {
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(stdin));
+    await writer.close();
+  }
+  const { code, stdout, stderr } = await child.output();
+  const text = new TextDecoder().decode(stdout);
+  assert.ok(code === 0 || text !== "", new TextDecoder().decode(stderr));
+  return { code, stdout: text };
+}
+
+Deno.test("openapi.yaml works in the usual tools", async (t) => {
+  await t.step("js-yaml (strict YAML 1.2, as swagger-parser and Redocly) and yaml agree", () => {
+    assert.deepEqual(DOC, parse(DOC_TEXT));
+  });
+
+  await t.step("deno fmt's output of it still parses, to the same document", async () => {
+    const { code, stdout } = await deno(["fmt", "--ext=yaml", "-"], DOC_TEXT);
+    assert.equal(code, 0);
+    assert.deepEqual(readDocument(stdout), DOC);
+  });
+
+  await t.step("it validates as OpenAPI 3.1, in two validators", async () => {
+    const validator = new Validator();
+    const result = await validator.validate(structuredClone(DOC));
+    assert.equal(validator.version, "3.1");
+    assert.ok(result.valid, JSON.stringify(result.errors, null, 2));
+    // swagger-parser, behind many tools, with its own (older) copy of the 3.1 schema.
+    const parsed = await SwaggerParser.validate(structuredClone(DOC));
+    assert.equal((parsed as Node).openapi, DOC.openapi);
+  });
+
+  await t.step("redocly lint, recommended rules: no problem but those ignored", async () => {
+    // `deno task lint:openapi` (redocly.yaml); Redocly runs offline, its telemetry off.
+    const { stdout } = await deno(["task", "lint:openapi", "--format=json"]);
+    const report = JSON.parse(stdout);
+    const problems = report.problems.map((problem: Node) =>
+      `${problem.ruleId}: ${problem.message} at ${problem.location?.[0]?.pointer}`
+    );
+    assert.deepEqual(problems, []);
+    assert.deepEqual([report.totals.errors, report.totals.warnings], [0, 0]);
+    // Every exception of .redocly.lint-ignore.yaml still applies: none is left over.
+    const ignore = load(
+      await Deno.readTextFile(new URL("../.redocly.lint-ignore.yaml", import.meta.url)),
+    ) as Record<string, Record<string, string[]>>;
+    const exceptions = Object.values(ignore).flatMap((rules) => Object.values(rules).flat());
+    assert.equal(report.totals.ignored, exceptions.length);
+  });
+
+  await t.step("answers and deliveries are open to new fields and event names", async () => {
+    const roots = new Map<string, Node>();
+    for (const [key, op] of documentedOperations()) {
+      for (const [status, response] of Object.entries<Node>(op.responses)) {
+        for (const [type, media] of Object.entries<Node>(deref(response).content ?? {})) {
+          roots.set(`${key} ${status} ${type}`, media.schema);
+        }
+      }
+    }
+    const hook = DOC.webhooks.purchaseEvent.post;
+    roots.set("delivery", hook.requestBody.content["application/json"].schema);
+    for (const parameter of hook.parameters) roots.set(`delivery ${parameter.name}`, parameter);
+    let count = 0;
+    for (const [where, root] of roots) {
+      for (const [node, at] of reachableSchemas(root, where)) {
+        count++;
+        assert.notEqual(node.additionalProperties, false, `${at} is closed`);
+        assert.notEqual(node.unevaluatedProperties, false, `${at} is closed`);
+        for (const [name, property] of Object.entries<Node>(node.properties ?? {})) {
+          assert.notEqual(property, false, `${at}: ${name} may never be sent`);
+        }
+      }
+    }
+    assert.ok(count > 100, `${count} schemas`);
+    const eventName = DOC.components.schemas.EventName;
+    assert.equal(eventName.type, "string");
+    for (const key of ["enum", "const", "pattern", "anyOf", "oneOf"]) {
+      assert.ok(!(key in eventName), `EventName has ${key}: a new event would not validate`);
+    }
+    assert.equal(
+      DOC.components.schemas.DeliveryPayload.properties.event.$ref,
+      component("EventName").$ref,
+    );
+    const eventHeader = hook.parameters.find((p: Node) => p.name === "X-Service-Event");
+    assert.equal(eventHeader.schema.$ref, component("EventName").$ref);
+    // The document cites the policy that makes them open, and the policy is there.
+    assert.match(DOC.info.description, /`docs\/integration\.md`, section "Compatibility"/);
+    const guide = await Deno.readTextFile(new URL("../docs/integration.md", import.meta.url));
+    assert.match(guide, /^## Compatibility$/m);
+    // Requests stay closed: the verify endpoints refuse an unknown field (checked against the
+    // service below), and the document says so.
+    for (const key of ["POST /v1/storea/verify", "POST /v1/storeb/verify"]) {
+      const request = pointer(operation(key).requestBody.content["application/json"].schema.$ref);
+      assert.equal(request.additionalProperties, false, key);
+    }
   });
 });
 
