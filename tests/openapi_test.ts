@@ -5,10 +5,20 @@
  * other end-to-end tests do) and its real deliveries are caught by the callback receiver. Every
  * answer must have a documented status, the documented headers and a body that validates against
  * the documented schema, with the document's `$ref`s resolved by ajv (JSON Schema 2020-12).
+ *
+ * The document's answer and delivery schemas are open to new fields (docs/integration.md,
+ * Compatibility), so the service's answers are checked against a strict view of them instead:
+ * the service's own objects closed and `EventName` limited to its known names, so that an
+ * undocumented field or event still fails here. The document must also work in the tools
+ * integrators feed it to: strict YAML 1.2 (js-yaml), the OpenAPI 3.1 schema, and Redocly's
+ * recommended lint rules.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { parse } from "yaml";
+import { load } from "js-yaml";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import SwaggerParser from "@apidevtools/swagger-parser";
 import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
 import {
   createTenantWithKey,
@@ -61,9 +71,23 @@ import {
 // deno-lint-ignore no-explicit-any
 type Node = any;
 
-const DOC: Node = parse(
-  await Deno.readTextFile(new URL("../docs/openapi.yaml", import.meta.url)),
-);
+const DOC_TEXT = await Deno.readTextFile(new URL("../docs/openapi.yaml", import.meta.url));
+/** The document as strict tools read it: js-yaml (as swagger-parser and Redocly), YAML 1.2. */
+const DOC: Node = readDocument(DOC_TEXT);
+
+function readDocument(text: string): Node {
+  try {
+    return load(text);
+  } catch (error) {
+    // The usual cause: `deno fmt` splits a flow mapping or sequence (`{ ... }`, `[ ... ]`) longer
+    // than the line width over several lines, closing it at its key's indentation, which strict
+    // parsers refuse ("deficient indentation").
+    throw new Error(
+      "docs/openapi.yaml is not strict YAML 1.2; write a long `{ ... }` or `[ ... ]` as a block",
+      { cause: error },
+    );
+  }
+}
 const METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
 const BUNDLE_ID = "com.example.app"; // storeaCredentialArgs' bundle
 const PACKAGE = "com.example.app"; // storebCredentialArgs' package
@@ -141,19 +165,87 @@ function refsIn(node: Node, at = "#"): [string, string][] {
   return found;
 }
 
-/** The component schemas are registered with ajv under this id, as `$defs`. */
-const SCHEMAS_ID = "urn:purchase-relay:openapi:schemas";
+/**
+ * How a schema is read: `document` as written (open to new fields and event names), `strict` as
+ * the service's answers and deliveries are held to (see `strictSchema`).
+ */
+type View = "document" | "strict";
 
-/** A copy of `node` whose component `$ref`s point into the registered `$defs`. */
-function absoluteRefs(node: Node): Node {
-  if (Array.isArray(node)) return node.map(absoluteRefs);
+/** The component schemas of each view are registered with ajv under its id, as `$defs`. */
+const SCHEMAS_ID: Record<View, string> = {
+  document: "urn:purchase-relay:openapi:schemas",
+  strict: "urn:purchase-relay:openapi:strict-schemas",
+};
+
+/** The stores' own objects, forwarded unchanged: open in both views, the stores add fields. */
+const STORE_SCHEMAS = new Set([
+  "StoreaNotificationRequest",
+  "StoreaNotification",
+  "StoreaNotificationData",
+  "StoreaTransactionInfo",
+  "StoreaRenewalInfo",
+  "StorebPushEnvelope",
+  "StorebDeveloperNotification",
+]);
+
+/** A copy of `node` whose component `$ref`s point into the `$defs` of `view`. */
+function absoluteRefs(node: Node, view: View): Node {
+  if (Array.isArray(node)) return node.map((item) => absoluteRefs(item, view));
   if (node === null || typeof node !== "object") return node;
   return Object.fromEntries(
     Object.entries(node).map(([key, value]) => [
       key,
       key === "$ref" && typeof value === "string"
-        ? value.replace(/^#\/components\/schemas\//, `${SCHEMAS_ID}#/$defs/`)
-        : absoluteRefs(value),
+        ? value.replace(/^#\/components\/schemas\//, `${SCHEMAS_ID[view]}#/$defs/`)
+        : absoluteRefs(value, view),
+    ]),
+  );
+}
+
+const SUBSCHEMA_MAPS = new Set(["properties", "patternProperties", "$defs", "dependentSchemas"]);
+const SUBSCHEMAS = new Set(["items", "additionalProperties", "contains", "propertyNames"]);
+const BRANCH_LISTS = new Set(["allOf", "anyOf", "oneOf"]);
+const BRANCHES = new Set(["if", "then", "else", "not"]);
+
+/**
+ * The strict view of a schema of the service's own: every object schema that names its
+ * properties allows no other (`unevaluatedProperties: false`, which sees through `allOf` and
+ * `if`/`then`). A composition branch describes part of an object, so it stays open, and its
+ * `additionalProperties: true` is dropped: it would mark every property evaluated.
+ */
+function strictSchema(node: Node, branch = false): Node {
+  if (node === null || typeof node !== "object" || Array.isArray(node)) return node;
+  const copy: Node = {};
+  for (const [key, value] of Object.entries<Node>(node)) {
+    if (SUBSCHEMA_MAPS.has(key)) {
+      copy[key] = Object.fromEntries(
+        Object.entries(value).map(([name, schema]) => [name, strictSchema(schema)]),
+      );
+    } else if (SUBSCHEMAS.has(key)) copy[key] = strictSchema(value);
+    else if (BRANCH_LISTS.has(key)) copy[key] = value.map((item: Node) => strictSchema(item, true));
+    else if (BRANCHES.has(key)) copy[key] = strictSchema(value, true);
+    else copy[key] = value;
+  }
+  if (branch && copy.additionalProperties === true) delete copy.additionalProperties;
+  if (
+    !branch && copy.properties && copy.additionalProperties === undefined &&
+    copy.unevaluatedProperties === undefined
+  ) {
+    copy.unevaluatedProperties = false;
+  }
+  return copy;
+}
+
+/** The component schemas in the strict view: `EventName` takes only the names it lists. */
+function strictComponents(schemas: Record<string, Node>): Record<string, Node> {
+  return Object.fromEntries(
+    Object.entries(schemas).map(([name, schema]) => [
+      name,
+      STORE_SCHEMAS.has(name)
+        ? schema
+        : name === "EventName"
+        ? { ...schema, enum: schema.examples }
+        : strictSchema(schema),
     ]),
   );
 }
@@ -174,26 +266,39 @@ const ajv = new Ajv2020({
   allErrors: true,
 });
 ajv.addFormat("date-time", { type: "string", validate: isDateTime });
-ajv.addSchema({ $id: SCHEMAS_ID, $defs: absoluteRefs(DOC.components.schemas) });
-const validators = new Map<Node, ValidateFunction>();
+ajv.addSchema({
+  $id: SCHEMAS_ID.document,
+  $defs: absoluteRefs(DOC.components.schemas, "document"),
+});
+ajv.addSchema({
+  $id: SCHEMAS_ID.strict,
+  $defs: absoluteRefs(strictComponents(DOC.components.schemas), "strict"),
+});
+const validators: Record<View, Map<Node, ValidateFunction>> = {
+  document: new Map(),
+  strict: new Map(),
+};
 
-/** Why `value` does not validate against `schema` (a schema of the document), or null. */
-function schemaErrors(schema: Node, value: unknown): string | null {
-  let validate = validators.get(schema);
+/**
+ * Why `value` does not validate against `schema` (a schema of the document) read in `view`, or
+ * null. The strict view is the default: it is what the service's answers are held to.
+ */
+function schemaErrors(schema: Node, value: unknown, view: View = "strict"): string | null {
+  let validate = validators[view].get(schema);
   if (validate === undefined) {
-    validate = ajv.compile(absoluteRefs(schema));
-    validators.set(schema, validate);
+    validate = ajv.compile(absoluteRefs(view === "strict" ? strictSchema(schema) : schema, view));
+    validators[view].set(schema, validate);
   }
   return validate(value) ? null : ajv.errorsText(validate.errors, { separator: "; " });
 }
 
-function assertValid(schema: Node, value: unknown, what: string): void {
-  const errors = schemaErrors(schema, value);
+function assertValid(schema: Node, value: unknown, what: string, view: View = "strict"): void {
+  const errors = schemaErrors(schema, value, view);
   assert.equal(errors, null, `${what}: ${errors}\n${JSON.stringify(value)?.slice(0, 1500)}`);
 }
 
-function assertInvalid(schema: Node, value: unknown, what: string): void {
-  assert.notEqual(schemaErrors(schema, value), null, `${what} validates, and must not`);
+function assertInvalid(schema: Node, value: unknown, what: string, view: View = "strict"): void {
+  assert.notEqual(schemaErrors(schema, value, view), null, `${what} validates, and must not`);
 }
 
 function component(name: string): Node {
@@ -313,7 +418,7 @@ function checked(key: string, answer: Answer): Answer {
 /** Whether the document accepts `body` as the request body of `key`. */
 function documentAccepts(key: string, body: unknown): boolean {
   const schema = operation(key).requestBody.content["application/json"].schema;
-  return schemaErrors(schema, body) === null;
+  return schemaErrors(schema, body, "document") === null;
 }
 
 /** Checks a delivery the callback receiver caught against `webhooks.purchaseEvent`. */
@@ -422,7 +527,13 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     }
     assert.equal(typeof DOC.info.title, "string");
     assert.equal(typeof DOC.info.version, "string");
-    for (const server of DOC.servers) assert.match(server.url, /^https?:\/\//);
+    for (const server of DOC.servers) {
+      const url = server.url.replace(
+        /\{(\w+)\}/g,
+        (_: string, name: string) => server.variables[name].default,
+      );
+      assert.match(url, /^https?:\/\/[^/]+$/, server.url);
+    }
   });
 
   await t.step("every route of the router, and nothing else", async () => {
@@ -453,7 +564,8 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     assert.ok(refs.length > 50);
     for (const [ref, at] of refs) assert.doesNotThrow(() => pointer(ref), `${ref} at ${at}`);
     for (const name of Object.keys(DOC.components.schemas)) {
-      assert.doesNotThrow(() => schemaErrors(component(name), {}), name);
+      assert.doesNotThrow(() => schemaErrors(component(name), {}, "document"), name);
+      assert.doesNotThrow(() => schemaErrors(component(name), {}, "strict"), name);
     }
   });
 
@@ -549,22 +661,25 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     const payload = DOC.components.schemas.DeliveryPayload;
     assert.deepEqual(Object.keys(payload.properties), DELIVERY_KEYS);
     assert.deepEqual(payload.required, DELIVERY_KEYS);
-    const names = new Set<string>(DOC.components.schemas.EventName.enum);
+    const names = new Set<string>(DOC.components.schemas.EventName.examples);
+    assert.equal(names.size, DOC.components.schemas.EventName.examples.length);
     assert.deepEqual([...names].sort(), [...catalogEvents()].sort());
     assert.deepEqual([...names].sort(), [...await eventsDocumented()].sort());
   });
 
-  await t.step("the document's own examples validate", () => {
+  await t.step("the document's own examples validate, in both views", () => {
     let count = 0;
+    /** An example must match its schema as written, and carry no undocumented field either. */
+    const check = (schema: Node, value: unknown, where: string) => {
+      assertValid(schema, value, where, "document");
+      assertValid(schema, value, where, "strict");
+      count++;
+    };
     const media = (content: Node, where: string) => {
       for (const [type, entry] of Object.entries<Node>(content ?? {})) {
-        if ("example" in entry) {
-          assertValid(entry.schema, entry.example, `${where} ${type} example`);
-          count++;
-        }
+        if ("example" in entry) check(entry.schema, entry.example, `${where} ${type} example`);
         for (const [name, example] of Object.entries<Node>(entry.examples ?? {})) {
-          assertValid(entry.schema, deref(example).value, `${where} ${type} ${name}`);
-          count++;
+          check(entry.schema, deref(example).value, `${where} ${type} ${name}`);
         }
       }
     };
@@ -572,7 +687,7 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     for (const [key, op] of all as [string, Node][]) {
       media(op.requestBody?.content, `${key} request`);
       for (const parameter of (op.parameters ?? []).map(deref)) {
-        if ("example" in parameter) assertValid(parameter.schema, parameter.example, key);
+        if ("example" in parameter) check(parameter.schema, parameter.example, key);
       }
       for (const [status, response] of Object.entries<Node>(op.responses)) {
         media(deref(response).content, `${key} ${status}`);
@@ -581,10 +696,21 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     for (const [name, response] of Object.entries<Node>(DOC.components.responses)) {
       media(response.content, name);
     }
-    assert.ok(count >= 15, `${count} examples`);
+    // The schemas' own `examples` (JSON Schema's keyword), at any depth.
+    const schemaExamples = (node: Node, at: string) => {
+      if (node === null || typeof node !== "object") return;
+      if (Array.isArray(node.examples)) {
+        for (const example of node.examples) check(node, example, at);
+      }
+      for (const [key, value] of Object.entries<Node>(node)) {
+        if (key !== "examples" && key !== "enum") schemaExamples(value, `${at}/${key}`);
+      }
+    };
+    schemaExamples(DOC.components.schemas, "#/components/schemas");
+    assert.ok(count >= 50, `${count} examples`);
   });
 
-  await t.step("success shapes list every field as required and allow no other", () => {
+  await t.step("success shapes list every field as required, and are open to new ones", () => {
     const schemas = DOC.components.schemas;
     for (
       const name of [
@@ -602,14 +728,14 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
         "DeliverySubject",
       ]
     ) {
-      assert.equal(schemas[name].additionalProperties, false, name);
+      assert.equal(schemas[name].additionalProperties, undefined, name);
       assert.deepEqual(
         [...schemas[name].required].sort(),
         Object.keys(schemas[name].properties).sort(),
         name,
       );
     }
-    assert.equal(schemas.ErrorEnvelope.additionalProperties, false);
+    assert.equal(schemas.ErrorEnvelope.additionalProperties, undefined);
     assert.deepEqual(schemas.ErrorEnvelope.required, ["valid", "error", "message"]);
   });
 
@@ -623,6 +749,10 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     delete withoutPrice.transaction.price;
     assertInvalid(storeaOk.schema, withoutPrice, "a transaction without price");
     assertInvalid(storeaOk.schema, { ...success, extra: 1 }, "an undocumented field");
+    assertValid(storeaOk.schema, { ...success, extra: 1 }, "a new field", "document");
+    const transaction = { ...success.transaction, extra: 1 };
+    assertInvalid(storeaOk.schema, { ...success, transaction }, "an undocumented nested field");
+    assertValid(storeaOk.schema, { ...success, transaction }, "a new nested field", "document");
     assertInvalid(storeaOk.schema, { ...success, valid: false }, "valid: false with a result");
     assertInvalid(storeaOk.schema, { valid: true }, "a bare valid: true");
     assertInvalid(
@@ -664,10 +794,142 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     const renewal = structuredClone(delivery.examples.storebRenewal.value);
     assertValid(delivery.schema, renewal, "the example");
     assertInvalid(delivery.schema, { ...renewal, event: "subscription.renewd" }, "a typo event");
+    assertValid(delivery.schema, { ...renewal, event: "refund.new" }, "a new event", "document");
+    assertInvalid(delivery.schema, { ...renewal, extra: 1 }, "an undocumented payload field");
+    assertValid(delivery.schema, { ...renewal, extra: 1 }, "a new payload field", "document");
+    const test = structuredClone(delivery.examples.testDelivery.value);
+    assertInvalid(delivery.schema, { ...test, data: { message: "m", extra: 1 } }, "test data");
+    assertInvalid(delivery.schema, { ...test, event: "refund.issued" }, "a test of another event");
     assertInvalid(delivery.schema, { ...renewal, subject: { key: "k" } }, "a partial subject");
     assertInvalid(delivery.schema, { ...renewal, raw: {} }, "a store B raw without message");
     const { reason: _, ...withoutReason } = renewal;
     assertInvalid(delivery.schema, withoutReason, "a payload without reason");
+  });
+});
+
+// ---- the document in the tools integrators use ----
+
+/** Every schema node reachable from `root`, through properties, branches and component `$ref`s. */
+function reachableSchemas(
+  root: Node,
+  at: string,
+  found = new Map<Node, string>(),
+): Map<Node, string> {
+  if (root === null || typeof root !== "object" || found.has(root)) return found;
+  found.set(root, at);
+  for (const [key, value] of Object.entries<Node>(root)) {
+    if (key === "$ref" && value.startsWith("#/components/schemas/")) {
+      reachableSchemas(pointer(value), value, found);
+    } else if (!["enum", "const", "examples", "default"].includes(key)) {
+      reachableSchemas(value, `${at}/${key}`, found);
+    }
+  }
+  return found;
+}
+
+/** Runs `deno` with `args` in the repository; its exit code and standard output. */
+async function deno(args: string[], stdin?: string): Promise<{ code: number; stdout: string }> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args,
+    cwd: new URL("../", import.meta.url),
+    stdin: stdin === undefined ? "null" : "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  if (stdin !== undefined) {
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(stdin));
+    await writer.close();
+  }
+  const { code, stdout, stderr } = await child.output();
+  const text = new TextDecoder().decode(stdout);
+  assert.ok(code === 0 || text !== "", new TextDecoder().decode(stderr));
+  return { code, stdout: text };
+}
+
+Deno.test("openapi.yaml works in the usual tools", async (t) => {
+  await t.step("js-yaml (strict YAML 1.2, as swagger-parser and Redocly) and yaml agree", () => {
+    assert.deepEqual(DOC, parse(DOC_TEXT));
+  });
+
+  await t.step("deno fmt's output of it still parses, to the same document", async () => {
+    const { code, stdout } = await deno(["fmt", "--ext=yaml", "-"], DOC_TEXT);
+    assert.equal(code, 0);
+    assert.deepEqual(readDocument(stdout), DOC);
+  });
+
+  await t.step("it validates as OpenAPI 3.1, in two validators", async () => {
+    const validator = new Validator();
+    const result = await validator.validate(structuredClone(DOC));
+    assert.equal(validator.version, "3.1");
+    assert.ok(result.valid, JSON.stringify(result.errors, null, 2));
+    // swagger-parser, behind many tools, with its own (older) copy of the 3.1 schema.
+    const parsed = await SwaggerParser.validate(structuredClone(DOC));
+    assert.equal((parsed as Node).openapi, DOC.openapi);
+  });
+
+  await t.step("redocly lint, recommended rules: no problem but those ignored", async () => {
+    // `deno task lint:openapi` (redocly.yaml); Redocly runs offline, its telemetry off.
+    const { stdout } = await deno(["task", "lint:openapi", "--format=json"]);
+    const report = JSON.parse(stdout);
+    const problems = report.problems.map((problem: Node) =>
+      `${problem.ruleId}: ${problem.message} at ${problem.location?.[0]?.pointer}`
+    );
+    assert.deepEqual(problems, []);
+    assert.deepEqual([report.totals.errors, report.totals.warnings], [0, 0]);
+    // Every exception of .redocly.lint-ignore.yaml still applies: none is left over.
+    const ignore = load(
+      await Deno.readTextFile(new URL("../.redocly.lint-ignore.yaml", import.meta.url)),
+    ) as Record<string, Record<string, string[]>>;
+    const exceptions = Object.values(ignore).flatMap((rules) => Object.values(rules).flat());
+    assert.equal(report.totals.ignored, exceptions.length);
+  });
+
+  await t.step("answers and deliveries are open to new fields and event names", async () => {
+    const roots = new Map<string, Node>();
+    for (const [key, op] of documentedOperations()) {
+      for (const [status, response] of Object.entries<Node>(op.responses)) {
+        for (const [type, media] of Object.entries<Node>(deref(response).content ?? {})) {
+          roots.set(`${key} ${status} ${type}`, media.schema);
+        }
+      }
+    }
+    const hook = DOC.webhooks.purchaseEvent.post;
+    roots.set("delivery", hook.requestBody.content["application/json"].schema);
+    for (const parameter of hook.parameters) roots.set(`delivery ${parameter.name}`, parameter);
+    let count = 0;
+    for (const [where, root] of roots) {
+      for (const [node, at] of reachableSchemas(root, where)) {
+        count++;
+        assert.notEqual(node.additionalProperties, false, `${at} is closed`);
+        assert.notEqual(node.unevaluatedProperties, false, `${at} is closed`);
+        for (const [name, property] of Object.entries<Node>(node.properties ?? {})) {
+          assert.notEqual(property, false, `${at}: ${name} may never be sent`);
+        }
+      }
+    }
+    assert.ok(count > 100, `${count} schemas`);
+    const eventName = DOC.components.schemas.EventName;
+    assert.equal(eventName.type, "string");
+    for (const key of ["enum", "const", "pattern", "anyOf", "oneOf"]) {
+      assert.ok(!(key in eventName), `EventName has ${key}: a new event would not validate`);
+    }
+    assert.equal(
+      DOC.components.schemas.DeliveryPayload.properties.event.$ref,
+      component("EventName").$ref,
+    );
+    const eventHeader = hook.parameters.find((p: Node) => p.name === "X-Service-Event");
+    assert.equal(eventHeader.schema.$ref, component("EventName").$ref);
+    // The document cites the policy that makes them open, and the policy is there.
+    assert.match(DOC.info.description, /`docs\/integration\.md`, section "Compatibility"/);
+    const guide = await Deno.readTextFile(new URL("../docs/integration.md", import.meta.url));
+    assert.match(guide, /^## Compatibility$/m);
+    // Requests stay closed: the verify endpoints refuse an unknown field (checked against the
+    // service below), and the document says so.
+    for (const key of ["POST /v1/storea/verify", "POST /v1/storeb/verify"]) {
+      const request = pointer(operation(key).requestBody.content["application/json"].schema.$ref);
+      assert.equal(request.additionalProperties, false, key);
+    }
   });
 });
 
