@@ -7,13 +7,15 @@
  *   (`STOREB_OIDC_CERTS_URL`);
  * - `exp` has not passed and neither `nbf` nor `iat` lies ahead, give or take the clock tolerance;
  * - `iss` is one of `STOREB_OIDC_ISSUERS` and `email_verified` is exactly `true`;
- * - `aud` is the tenant's push audience and, when the tenant configured a push service account,
- *   `email` is that account (compared case-insensitively, as email domains are).
+ * - `aud` is the tenant's push audience and `email` is the tenant's push service account
+ *   (compared case-insensitively, as email domains are).
  *
  * The signature only proves that Google minted the token. Any Google Cloud project can create a
- * push subscription with any audience, so `aud` and `email` are what tie the token to this
- * tenant's subscription. Google's own libraries skip `aud` when none is given and never look at
- * `email`: both checks are made here.
+ * push subscription pointing at our endpoint with the same audience (the endpoint URL, usually),
+ * so the audience ties nothing to the tenant: `email`, the service account that only the
+ * tenant's own project can make Pub/Sub sign as, is the check that authenticates the sender.
+ * Google's own libraries skip `aud` when none is given and never look at `email`: both checks are
+ * made here.
  *
  * Failures follow spec 4.4: a token that is absent, malformed, out of its lifetime or from the
  * wrong issuer is `UNAUTHENTICATED`; one signed with a key Google does not publish, or minted for
@@ -54,8 +56,8 @@ export interface PushTokenVerifierOptions {
 export interface PushTokenExpectation {
   /** The tenant's configured push audience; `aud` must equal it. */
   audience: string;
-  /** The tenant's configured push service account; `null` leaves `email` unchecked. */
-  serviceAccountEmail: string | null;
+  /** The tenant's configured push service account; `email` must equal it, ignoring case. */
+  serviceAccountEmail: string;
 }
 
 /** The claims of a push token that passed every check. */
@@ -164,8 +166,7 @@ export class PushTokenVerifier {
     if (aud !== expected.audience) {
       throw signatureInvalid("token audience is not the tenant's push audience");
     }
-    const account = expected.serviceAccountEmail;
-    if (account !== null && email.toLowerCase() !== account.toLowerCase()) {
+    if (email.toLowerCase() !== expected.serviceAccountEmail.toLowerCase()) {
       throw signatureInvalid("token email is not the tenant's push service account");
     }
     return {
