@@ -520,6 +520,8 @@ async function createTenant(
     files.storebAccountFile,
     "--push-audience",
     "https://relay.example.com/push",
+    "--push-service-account",
+    "push@bench-project.iam.gserviceaccount.com",
   ], env);
   return { tenantId, apiKey: String(key.key) };
 }

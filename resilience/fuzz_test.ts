@@ -381,11 +381,8 @@ async function createWorld(closers: (() => Promise<unknown>)[]): Promise<World> 
   const mainKey = await service.cli("key", "create", main.tenantId, "--env", "live");
   assert.equal(mainKey.code, 0, mainKey.stderr);
   await cliOk(service, ...storeaCredentialArgs(main.tenantId, keyFile), "--app-id", String(APP_ID));
-  const pushArgs = (tenantId: string, file: string) => [
-    ...storebCredentialArgs(tenantId, file),
-    "--push-service-account",
-    PUSH_ACCOUNT,
-  ];
+  const pushArgs = (tenantId: string, file: string) =>
+    storebCredentialArgs(tenantId, file, PUSH_ACCOUNT);
   await cliOk(service, ...pushArgs(main.tenantId, accountFile));
   const bare = await createTenantWithKey(service);
   const inactive = await createTenantWithCallback(service, null);

@@ -12,6 +12,7 @@ import { migrate } from "./db/migrate.ts";
 import { SecretBox } from "./crypto/secrets.ts";
 import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "./db/settings.ts";
 import { loadCredentials, type TenantCredentials } from "./db/credentials.ts";
+import { tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
 import { loadMasterKey } from "./master_key.ts";
 import { Authenticator } from "./auth/authenticator.ts";
 import { RateLimiter } from "./auth/rate_limit.ts";
@@ -74,6 +75,14 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     const keyMatches = await readiness.encryptionCheck();
     if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
     audit = config.validationAuditEnabled ? await startValidationAudit(db, box, config, log) : null;
+    // Their store B notifications are refused (docs/operations.md, "Store B (Google Play)").
+    const withoutPushAccount = await tenantsWithoutPushServiceAccount(db.sql);
+    if (withoutPushAccount.count > 0) {
+      log.warn("tenants_without_push_service_account", {
+        ...withoutPushAccount,
+        hint: "run storeb set-credentials again with --push-service-account for each",
+      });
+    }
 
     authenticator = new Authenticator(db.sql, {
       onFlushError: (error) => log.warn("key_use_flush_failed", log.errorFields(error)),

@@ -20,6 +20,7 @@ import {
   storeaCredentialArgs,
   storebCredentialArgs,
   TEST_ISSUER_ID,
+  TEST_PUSH_SERVICE_ACCOUNT,
   writeServiceAccountFile,
   writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
@@ -685,6 +686,17 @@ Deno.test("cli: storeb set-credentials takes only a service-account file and nev
         assert.equal(typeof body.error, "string", what);
         assert.ok(!result.stderr.includes("PRIVATE KEY"), `${what}: no key in the error`);
       }
+      // The push service account is required: without it, a usage error and nothing written.
+      const args = storebCredentialArgs(tenant.id, goodFile);
+      const withoutAccount = args.slice(0, args.indexOf("--push-service-account"));
+      const usage = fails(await cli(...withoutAccount), 2, "USAGE", "no --push-service-account");
+      assert.match(usage.message, /--push-service-account is required/);
+      fails(
+        await cli(...withoutAccount, "--push-service-account", "not an email"),
+        2,
+        "USAGE",
+        "--push-service-account not an email",
+      );
       assert.equal(ok(await cli("tenant", "show", tenant.id)).storeb, null, "nothing written");
       fails(
         await setCredentials(goodFile, UNKNOWN_TENANT),
@@ -699,6 +711,8 @@ Deno.test("cli: storeb set-credentials takes only a service-account file and nev
       assert.equal(saved.storeb.clientEmail, clientEmail);
       assert.equal(saved.storeb.packageName, "com.example.app");
       assert.equal(saved.storeb.pushAudience, "https://relay.example.com/push");
+      assert.equal(saved.storeb.pushServiceAccount, TEST_PUSH_SERVICE_ACCOUNT);
+      assert.equal(saved.storeb.missing, undefined, "nothing is missing");
 
       const show = await cli("tenant", "show", tenant.id);
       const shown = ok(show, "tenant show");

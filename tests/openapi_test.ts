@@ -981,11 +981,7 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
     };
     const [a, b, bare] = await Promise.all([
       storeTenant((id) => storeaCredentialArgs(id, keyFile)),
-      storeTenant((id) => [
-        ...storebCredentialArgs(id, accountFile),
-        "--push-service-account",
-        PUSH_ACCOUNT,
-      ]),
+      storeTenant((id) => storebCredentialArgs(id, accountFile, PUSH_ACCOUNT)),
       createTenantWithKey(running), // no store credentials
     ]);
     receiver.setSecrets([a.secret, b.secret]);

@@ -5,10 +5,13 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { SignJWT } from "jose";
+import { Buffer } from "node:buffer";
+import { exportJWK, type JWK, SignJWT } from "jose";
 import { ServiceError } from "../src/errors.ts";
 import {
   bearerToken,
+  MAX_JWKS_BYTES,
+  MAX_JWKS_KEYS,
   type PushTokenExpectation,
   PushTokenVerifier,
   type PushTokenVerifierOptions,
@@ -222,21 +225,16 @@ Deno.test("push token: each check answers its code", async (t) => {
       assert.equal(claims.email, EMAIL);
     });
 
-    await t.step("serviceAccountEmail null leaves email unchecked", async () => {
-      const other = "someone-else@other-project.iam.gserviceaccount.com";
-      const claims = await (await verify({ email: other }, {
-        audience: AUDIENCE,
-        serviceAccountEmail: null,
-      })).result;
-      assert.equal(claims.email, other);
-      // email_verified is still required.
+    await t.step("a stranger's account, the tenant's audience: SIGNATURE_INVALID", async () => {
+      // What a stranger's push subscription gets from Google: a good signature, our audience.
+      const stranger = "pusher@strangers-project.iam.gserviceaccount.com";
+      await rejectsWith((await verify({ email: stranger })).result, "SIGNATURE_INVALID");
+      // email_verified is judged first: not true is UNAUTHENTICATED, whoever the account.
       await rejectsWith(
-        (await verify({ email: other, emailVerified: false }, {
-          audience: AUDIENCE,
-          serviceAccountEmail: null,
-        })).result,
+        (await verify({ email: stranger, emailVerified: false })).result,
         "UNAUTHENTICATED",
       );
+      await rejectsWith((await verify({ omit: ["email"] })).result, "UNAUTHENTICATED");
     });
 
     await t.step("the whole run fetched the JWKS once", () => {
@@ -328,6 +326,9 @@ Deno.test("push token JWKS: a storm of unknown kids fetches at most once per coo
       await rejectsWith(verifier.verify(`Bearer ${unknown}`, EXPECTED), "SIGNATURE_INVALID");
     }
     assert.equal(issuer.certsRequests, 2);
+    // The published key was not evicted: it still verifies, without a fetch.
+    await verifier.verify(`Bearer ${await mint(issuer)}`, EXPECTED);
+    assert.equal(issuer.certsRequests, 2);
   } finally {
     await issuer.close();
   }
@@ -406,11 +407,18 @@ Deno.test("push token JWKS: unreachable or failing with nothing cached is a plai
       await rejectsPlain(verifier.verify(`Bearer ${token}`, EXPECTED));
     });
 
-    await t.step("503, then the failure is not remembered", async () => {
-      const { verifier } = verifierOf(issuer);
+    await t.step("503: tried again once the cooldown has passed, not before", async () => {
+      const { verifier, advance } = verifierOf(issuer);
       issuer.failJwks(1);
       await rejectsPlain(verifier.verify(`Bearer ${token}`, EXPECTED));
       assert.equal(issuer.certsRequests, 1);
+      // With nothing cached every token's kid is unknown: a stream of them, even valid ones,
+      // must not make a fetch each while the JWKS fails.
+      for (let i = 0; i < 10; i++) {
+        await rejectsPlain(verifier.verify(`Bearer ${token}`, EXPECTED));
+      }
+      assert.equal(issuer.certsRequests, 1);
+      advance(31_000);
       await verifier.verify(`Bearer ${token}`, EXPECTED);
       assert.equal(issuer.certsRequests, 2);
     });
@@ -467,6 +475,224 @@ Deno.test("push token JWKS: a warm cache outlives an unreachable JWKS", async ()
   const claims = await verifier.verify(`Bearer ${token}`, EXPECTED);
   assert.equal(claims.email, EMAIL);
 });
+
+/**
+ * A JWKS endpoint whose answers a test writes: Google's keys as the issuer publishes them, or a
+ * hostile answer built from them.
+ */
+async function startHostileJwks(issuer: PushTokenIssuer) {
+  let answer: (res: http.ServerResponse, keys: JWK[]) => void = (res, keys) =>
+    res.end(JSON.stringify({ keys }));
+  const seen = { requests: 0, bytesWritten: 0, closedEarly: false };
+  const server = http.createServer(async (_req, res) => {
+    seen.requests++;
+    const { keys } = await (await fetch(issuer.certsUrl)).json();
+    res.on("close", () => {
+      if (!res.writableFinished) seen.closedEarly = true;
+    });
+    answer(res, keys);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/oauth2/v3/certs`,
+    seen,
+    /** How later requests are answered. */
+    answerWith(write: (res: http.ServerResponse, keys: JWK[]) => void) {
+      answer = write;
+    },
+    close() {
+      server.closeAllConnections();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** Google's keys, then `count` more copies of the first under new kids. */
+function manyKeys(keys: JWK[], count: number): JWK[] {
+  return [...keys, ...Array.from({ length: count }, (_, i) => ({ ...keys[0], kid: `extra-${i}` }))];
+}
+
+/** A JWKS padded with a field of `bytes` characters. */
+function padded(keys: JWK[], bytes: number): string {
+  return JSON.stringify({ keys, padding: "x".repeat(bytes) });
+}
+
+Deno.test("push token JWKS: a hostile answer is refused whole, and the cached keys stay", async (t) => {
+  const issuer = await startPushTokenIssuer();
+  const jwks = await startHostileJwks(issuer);
+  try {
+    const token = await mint(issuer, { expiresInSeconds: 3 * 86_400 });
+    const header = `Bearer ${token}`;
+    const hostile: [string, (res: http.ServerResponse, keys: JWK[]) => void][] = [
+      ["over 64 KB, declared", (res, keys) => {
+        const body = padded(keys, MAX_JWKS_BYTES);
+        res.writeHead(200, { "content-length": Buffer.byteLength(body) }).end(body);
+      }],
+      ["over 64 KB, chunked", (res, keys) => {
+        res.write(padded(keys, MAX_JWKS_BYTES));
+        res.end();
+      }],
+      ["more keys than the limit", (res, keys) => {
+        res.end(JSON.stringify({ keys: manyKeys(keys, MAX_JWKS_KEYS) }));
+      }],
+    ];
+    for (const [name, answer] of hostile) {
+      await t.step(`${name}: refused with nothing cached`, async () => {
+        jwks.answerWith(answer);
+        const { verifier } = verifierOf(issuer, { certsUrl: jwks.url });
+        await rejectsPlain(verifier.verify(header, EXPECTED));
+      });
+      await t.step(`${name}: refused on refresh, the cached keys still verify`, async () => {
+        jwks.answerWith((res, keys) => res.end(JSON.stringify({ keys })));
+        const { verifier, advance } = verifierOf(issuer, { certsUrl: jwks.url });
+        await verifier.verify(header, EXPECTED);
+        jwks.answerWith(answer);
+        const before = jwks.seen.requests;
+        // Stale, and then an unknown kid past the cooldown: both fetch the hostile answer.
+        advance(3_601_000);
+        await verifier.verify(header, EXPECTED);
+        advance(31_000);
+        await rejectsWith(
+          verifier.verify(`Bearer ${await mint(issuer, { unknownKey: true })}`, EXPECTED),
+          "SIGNATURE_INVALID",
+        );
+        assert.equal(jwks.seen.requests - before, 2, "both fetched");
+        await verifier.verify(header, EXPECTED);
+      });
+    }
+
+    await t.step("the limits leave room for what Google publishes", async () => {
+      jwks.answerWith((res, keys) => res.end(padded(manyKeys(keys, MAX_JWKS_KEYS - 1), 20_000)));
+      const { verifier } = verifierOf(issuer, { certsUrl: jwks.url });
+      await verifier.verify(header, EXPECTED);
+    });
+  } finally {
+    await jwks.close();
+    await issuer.close();
+  }
+});
+
+Deno.test("push token JWKS: an endless answer is read no further than the limit", async () => {
+  const issuer = await startPushTokenIssuer();
+  const jwks = await startHostileJwks(issuer);
+  const cap = 256 * 1024 * 1024;
+  try {
+    jwks.answerWith((res, keys) => {
+      // `{"keys":[...],"padding":"xxxx...` for as long as the client reads, up to 256 MB.
+      const chunk = "x".repeat(64 * 1024);
+      res.write(`{"keys":${JSON.stringify(keys)},"padding":"`);
+      const pump = () => {
+        while (jwks.seen.bytesWritten < cap && !res.destroyed) {
+          jwks.seen.bytesWritten += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        res.end('"}');
+      };
+      pump();
+    });
+    // A long fetch timeout: only the size limit can end this read early.
+    const { verifier } = verifierOf(issuer, { certsUrl: jwks.url, fetchTimeoutMs: 600_000 });
+    await rejectsPlain(verifier.verify(`Bearer ${await mint(issuer)}`, EXPECTED));
+    await eventually(() => jwks.seen.closedEarly);
+    // The socket buffers hold a few MB; reading the whole answer would have taken 256.
+    assert.ok(
+      jwks.seen.bytesWritten < 32 * 1024 * 1024,
+      `the client read ${jwks.seen.bytesWritten} bytes of the answer`,
+    );
+  } finally {
+    await jwks.close();
+    await issuer.close();
+  }
+});
+
+Deno.test("push token JWKS: keys of an unusual size are not trusted", async (t) => {
+  const issuer = await startPushTokenIssuer();
+  const jwks = await startHostileJwks(issuer);
+  try {
+    // jose will not make nor use a key under 2048 bits: WebCrypto makes and signs with it.
+    const { privateKey, publicKey } = await crypto.subtle.generateKey(
+      {
+        name: "RSASSA-PKCS1-v1_5",
+        modulusLength: 1024,
+        publicExponent: new Uint8Array([1, 0, 1]),
+        hash: "SHA-256",
+      },
+      true,
+      ["sign", "verify"],
+    );
+    const weak = { ...await exportJWK(publicKey), kid: "weak-1024", alg: "RS256", use: "sig" };
+    const weakToken = await signedWith(privateKey, weak.kid, {
+      aud: AUDIENCE,
+      email: EMAIL,
+      email_verified: true,
+      iss: "https://accounts.google.com",
+      iat: Math.floor(Date.now() / 1000),
+      exp: Math.floor(Date.now() / 1000) + 3600,
+    });
+    const good = `Bearer ${await mint(issuer)}`;
+
+    await t.step("a 1024-bit key is skipped; the others are kept", async () => {
+      jwks.answerWith((res, keys) => res.end(JSON.stringify({ keys: [...keys, weak] })));
+      const { verifier } = verifierOf(issuer, { certsUrl: jwks.url });
+      await rejectsWith(verifier.verify(`Bearer ${weakToken}`, EXPECTED), "SIGNATURE_INVALID");
+      await verifier.verify(good, EXPECTED);
+    });
+
+    await t.step("a modulus over 4096 bits or a huge exponent is skipped", async () => {
+      const huge = (bytes: number) => {
+        const value = crypto.getRandomValues(new Uint8Array(bytes));
+        value[0] |= 0x80;
+        value[bytes - 1] |= 1;
+        return value.toBase64({ alphabet: "base64url", omitPadding: true });
+      };
+      jwks.answerWith((res, keys) =>
+        res.end(JSON.stringify({
+          keys: [
+            { ...keys[0], kid: "big-modulus", n: huge(1024) },
+            { ...keys[0], kid: "big-exponent", e: huge(512) },
+          ],
+        }))
+      );
+      const { verifier } = verifierOf(issuer, { certsUrl: jwks.url });
+      // No usable key at all: the answer is refused.
+      await rejectsPlain(verifier.verify(good, EXPECTED));
+    });
+  } finally {
+    await jwks.close();
+    await issuer.close();
+  }
+});
+
+/** A compact RS256 JWS of `payload`, signed with WebCrypto alone. */
+async function signedWith(
+  key: CryptoKey,
+  kid: string,
+  payload: Record<string, unknown>,
+): Promise<string> {
+  const part = (value: unknown) =>
+    new TextEncoder().encode(JSON.stringify(value)).toBase64({
+      alphabet: "base64url",
+      omitPadding: true,
+    });
+  const input = `${part({ alg: "RS256", kid, typ: "JWT" })}.${part(payload)}`;
+  const signature = await crypto.subtle.sign(
+    "RSASSA-PKCS1-v1_5",
+    key,
+    new TextEncoder().encode(input),
+  );
+  return `${input}.${
+    new Uint8Array(signature).toBase64({ alphabet: "base64url", omitPadding: true })
+  }`;
+}
+
+/** Polls `check` until it is true, for at most 5 seconds. */
+async function eventually(check: () => boolean): Promise<void> {
+  for (let waited = 0; !check(); waited += 20) {
+    if (waited > 5_000) assert.fail("the condition did not become true within 5 s");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
 
 Deno.test("pushEnvelope: base64 JSON in message.data, Pub/Sub's fields", () => {
   const notification = subscriptionNotification("com.example.app", {

@@ -153,11 +153,8 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
   });
   const sql = databaseOf(service);
   const { path: accountFile } = await writeServiceAccountFile(dir);
-  const credentialArgs = (tenantId: string) => [
-    ...storebCredentialArgs(tenantId, accountFile),
-    "--push-service-account",
-    PUSH_ACCOUNT,
-  ];
+  const credentialArgs = (tenantId: string) =>
+    storebCredentialArgs(tenantId, accountFile, PUSH_ACCOUNT);
   const { tenantId, secret } = await createTenantWithCallback(service, receiver.url);
   receiver.setSecrets([secret!]);
   await cliOk(service, ...credentialArgs(tenantId));

@@ -1,8 +1,9 @@
 /**
  * `POST /v1/webhooks/storeb/:tenantId` (spec 4.4). Checks in the order of decisions.md 7:
- * unknown tenant (401, whatever the token, so tenant ids cannot be enumerated) -> OIDC push
- * token (401) -> store B credentials (401: no audience to check against) -> inactive tenant
- * (404) -> envelope (400) -> package (400) -> dedup -> 200 after the commit.
+ * unknown tenant (401, whatever the token, so tenant ids cannot be enumerated) -> store B
+ * credentials with a push service account (401: nothing to check the token against) -> OIDC
+ * push token (401) -> inactive tenant (404) -> envelope (400) -> package (400) -> dedup -> 200
+ * after the commit.
  */
 import { ServiceError } from "../errors.ts";
 import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
@@ -11,6 +12,7 @@ import type { PushTokenVerifier } from "../storeb/push_token.ts";
 import { decodeStorebNotification, pushEnvelopeSchema } from "../storeb/notification.ts";
 import { classifyStoreb } from "../events/catalog.ts";
 import { isId } from "../ids.ts";
+import { Throttle } from "../throttle.ts";
 import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
 
 /** What the store B receiver needs beyond the common receiver dependencies. */
@@ -18,8 +20,12 @@ export interface StorebWebhookDeps extends ReceiverDeps {
   pushTokens: PushTokenVerifier;
 }
 
+/** How often a tenant without a push service account is named in the logs, at most. */
+const MISSING_ACCOUNT_WARN_INTERVAL_MS = 60_000;
+
 /** The store B receiver route. */
 export function storebWebhookRoute(deps: StorebWebhookDeps): Route {
+  const missingAccountWarnings = new Throttle({ intervalMs: MISSING_ACCOUNT_WARN_INTERVAL_MS });
   return {
     method: "POST",
     pattern: "/v1/webhooks/storeb/:tenantId",
@@ -31,6 +37,19 @@ export function storebWebhookRoute(deps: StorebWebhookDeps): Route {
       if (tenant === null) throw unauthenticated();
       const credentials = (await deps.credentialsOf(tenantId)).storeb;
       if (credentials === null) throw unauthenticated();
+      // Stored before the push service account was required: only the audience could be
+      // checked, and any Google project can mint a token for it (docs/operations.md).
+      if (credentials.pushServiceAccount === null) {
+        if (missingAccountWarnings.allow(tenantId)) {
+          deps.log.warn("push_service_account_missing", {
+            reqId: context.reqId,
+            tenantId,
+            hint: "store B notifications are refused until storeb set-credentials is run " +
+              "again with --push-service-account",
+          });
+        }
+        throw unauthenticated();
+      }
       try {
         await deps.pushTokens.verify(authorization, {
           audience: credentials.pushAudience,

@@ -85,7 +85,7 @@ export const USAGE = `usage: purchase-relay <command>
   storea set-credentials TENANT_ID --bundle-id ID --key-id KID --issuer-id UUID
       --private-key-file PATH [--environment auto|production|sandbox] [--app-id NUMBER]
   storeb set-credentials TENANT_ID --package-name NAME --service-account-file PATH
-      --push-audience AUDIENCE [--push-service-account EMAIL]
+      --push-audience AUDIENCE --push-service-account EMAIL
   tenant rotate-secret ID [--grace DURATION]
   deliveries list [--tenant ID] [--status pending|delivered|failed] [--limit N]
   deliveries show ID
@@ -420,8 +420,10 @@ const COMMANDS: Record<string, Command> = {
     const packageName = required(v, "package-name");
     const accountFile = required(v, "service-account-file");
     const pushAudience = required(v, "push-audience");
-    const pushServiceAccount = v["push-service-account"] ?? null;
-    if (pushServiceAccount !== null && !/^[^@\s]+@[^@\s]+$/.test(pushServiceAccount)) {
+    // Required: any Google project can mint a push token for our audience; only the account
+    // ties a token to the tenant's own subscription (docs/operations.md).
+    const pushServiceAccount = required(v, "push-service-account");
+    if (!/^[^@\s]+@[^@\s]+$/.test(pushServiceAccount)) {
       throw new UsageError("--push-service-account must be an email address");
     }
     const serviceAccountJson = await readSecretFile(accountFile);

@@ -23,7 +23,16 @@ export interface StorebCredentials {
   /** The service-account JSON file, as text. */
   serviceAccountJson: string;
   pushAudience: string;
+  /**
+   * The service account the push subscription authenticates as. Null only for tenants stored by
+   * versions that did not require it: their push notifications are refused until it is set.
+   */
   pushServiceAccount: string | null;
+}
+
+/** Store B credentials as they are stored now: the push service account is required. */
+export interface NewStorebCredentials extends StorebCredentials {
+  pushServiceAccount: string;
 }
 
 /** A tenant's credentials; a store without them is null. */
@@ -56,7 +65,7 @@ export async function saveStorebCredentials(
   sql: Sql,
   box: SecretBox,
   tenantId: string,
-  credentials: StorebCredentials,
+  credentials: NewStorebCredentials,
 ): Promise<void> {
   const sealed = await box.seal("storeb-service-account", tenantId, credentials.serviceAccountJson);
   await sql`
@@ -132,7 +141,34 @@ export async function describeCredentials(
         pushAudience: b.push_audience,
         pushServiceAccount: b.push_service_account,
         updatedAt: new Date(b.updated_at).toISOString(),
+        ...(b.push_service_account === null ? MISSING_PUSH_SERVICE_ACCOUNT : {}),
       }
       : null,
+  };
+}
+
+/** What `tenant show` adds for store B credentials stored without a push service account. */
+const MISSING_PUSH_SERVICE_ACCOUNT = {
+  missing: ["pushServiceAccount"],
+  warning: "no push service account: store B notifications are refused with 401 until " +
+    "storeb set-credentials is run again with --push-service-account (docs/operations.md)",
+};
+
+/**
+ * The ids of tenants whose store B credentials have no push service account (stored by versions
+ * that did not require it), by id (oldest first), at most `limit`, and how many there are in all.
+ */
+export async function tenantsWithoutPushServiceAccount(
+  sql: Sql,
+  limit = 100,
+): Promise<{ tenantIds: string[]; count: number }> {
+  const rows = await sql`
+    SELECT tenant_id, count(*) OVER () AS count FROM storeb_credentials
+    WHERE push_service_account IS NULL
+    ORDER BY tenant_id
+    LIMIT ${limit}`;
+  return {
+    tenantIds: rows.map((row) => row.tenant_id as string),
+    count: rows.length === 0 ? 0 : Number(rows[0].count),
   };
 }

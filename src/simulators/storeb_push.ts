@@ -22,6 +22,11 @@
  * await issuer.close();
  * ```
  *
+ * Like Google, the issuer signs for any `email`: a token for a stranger's service account with
+ * the tenant's audience is what someone else's push subscription would carry, and a verifier must
+ * refuse it by its `email` alone (docs/operations.md, "Store B: Google Play Real-time developer
+ * notifications").
+ *
  * The JWKS runs on `node:http` and closes every connection after its answer: Deno's fetch
  * silently retries a request on a pooled connection that was reset, which would hide a failure.
  *
@@ -46,7 +51,7 @@ export interface PushTokenIssuerOptions {
 export interface PushTokenClaimsInput {
   /** `aud`: the audience configured on the push subscription. */
   audience: string;
-  /** `email`: the service account the push subscription authenticates as. */
+  /** `email`: the service account the push subscription authenticates as; any account. */
   email: string;
   /** `email_verified`. Default `true`. */
   emailVerified?: boolean;

@@ -7,23 +7,31 @@
  *   (`STOREB_OIDC_CERTS_URL`);
  * - `exp` has not passed and neither `nbf` nor `iat` lies ahead, give or take the clock tolerance;
  * - `iss` is one of `STOREB_OIDC_ISSUERS` and `email_verified` is exactly `true`;
- * - `aud` is the tenant's push audience and, when the tenant configured a push service account,
- *   `email` is that account (compared case-insensitively, as email domains are).
+ * - `aud` is the tenant's push audience and `email` is the tenant's push service account
+ *   (compared case-insensitively, as email domains are).
  *
  * The signature only proves that Google minted the token. Any Google Cloud project can create a
- * push subscription with any audience, so `aud` and `email` are what tie the token to this
- * tenant's subscription. Google's own libraries skip `aud` when none is given and never look at
- * `email`: both checks are made here.
+ * push subscription pointing at our endpoint with the same audience (the endpoint URL, usually),
+ * so the audience ties nothing to the tenant: `email`, the service account that only the
+ * tenant's own project can make Pub/Sub sign as, is the check that authenticates the sender.
+ * Google's own libraries skip `aud` when none is given and never look at `email`: both checks are
+ * made here.
  *
  * Failures follow spec 4.4: a token that is absent, malformed, out of its lifetime or from the
  * wrong issuer is `UNAUTHENTICATED`; one signed with a key Google does not publish, or minted for
  * another audience or account, is `SIGNATURE_INVALID`. A JWKS that cannot be loaded while no key is
  * cached is a plain `Error` (a 500), so Pub/Sub retries the delivery later rather than dropping it.
  *
+ * Tokens come from anyone, so the JWKS cache is shaped for a hostile sender: a `kid` is only ever
+ * looked up, never stored; an unknown one triggers at most one fetch per cooldown, shared by every
+ * verification waiting on it; and an answer that is too big, holds too many keys or keys of an
+ * unusual size is refused whole, keeping the keys already held.
+ *
  * @module
  */
 import { decodeJwt, decodeProtectedHeader, errors, importJWK, type JWK, jwtVerify } from "jose";
 import { ServiceError } from "../errors.ts";
+import { readStreamPrefix } from "../http/body.ts";
 
 /** How a {@linkcode PushTokenVerifier} finds Google's keys and judges time. */
 export interface PushTokenVerifierOptions {
@@ -35,7 +43,7 @@ export interface PushTokenVerifierOptions {
   clockToleranceSeconds?: number;
   /**
    * Minimum time between two JWKS fetches made outside the regular expiry: for a token whose
-   * `kid` is unknown, or after a failed refetch. Default 30 000 ms.
+   * `kid` is unknown, or after a failed fetch (with or without keys cached). Default 30 000 ms.
    */
   refetchCooldownMs?: number;
   /** How long one JWKS fetch may take. Default 5 000 ms. */
@@ -48,8 +56,8 @@ export interface PushTokenVerifierOptions {
 export interface PushTokenExpectation {
   /** The tenant's configured push audience; `aud` must equal it. */
   audience: string;
-  /** The tenant's configured push service account; `null` leaves `email` unchecked. */
-  serviceAccountEmail: string | null;
+  /** The tenant's configured push service account; `email` must equal it, ignoring case. */
+  serviceAccountEmail: string;
 }
 
 /** The claims of a push token that passed every check. */
@@ -68,6 +76,14 @@ export interface PushTokenClaims {
 const DEFAULT_CACHE_LIFETIME_MS = 3_600_000;
 const MIN_CACHE_LIFETIME_MS = 60_000;
 const MAX_CACHE_LIFETIME_MS = 86_400_000;
+/** A longer JWKS answer is refused, and no more of it is read: Google's is about 2 KB. */
+export const MAX_JWKS_BYTES = 64 * 1024;
+/** An answer with more usable keys than this is refused: Google publishes two or three. */
+export const MAX_JWKS_KEYS = 16;
+/** RSA modulus sizes accepted, in bits: Google's are 2048; a huge one makes every check slow. */
+const MODULUS_BITS = { min: 2048, max: 4096 };
+/** The public exponent's size, in bits (Google's is 65537, 17 bits); a huge one is as slow. */
+const MAX_EXPONENT_BITS = 32;
 
 /** RFC 6750 `Bearer b64token`; the scheme is case-insensitive (RFC 7235). */
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
@@ -150,8 +166,7 @@ export class PushTokenVerifier {
     if (aud !== expected.audience) {
       throw signatureInvalid("token audience is not the tenant's push audience");
     }
-    const account = expected.serviceAccountEmail;
-    if (account !== null && email.toLowerCase() !== account.toLowerCase()) {
+    if (email.toLowerCase() !== expected.serviceAccountEmail.toLowerCase()) {
       throw signatureInvalid("token email is not the tenant's push service account");
     }
     return {
@@ -170,6 +185,8 @@ export class PushTokenVerifier {
    */
   async #keyFor(kid: string): Promise<CryptoKey | undefined> {
     if (this.#keySet === null) {
+      // With nothing cached every kid is unknown: after a failed load, the cooldown holds too.
+      if (this.#inCooldown()) throw new Error("push token JWKS failed to load; retrying later");
       await this.#fetch();
     } else if (this.#now() >= this.#keySet.expiresAt) {
       await this.#refetch();
@@ -186,12 +203,17 @@ export class PushTokenVerifier {
    * failure keeps the cached keys.
    */
   async #refetch(): Promise<void> {
-    if (this.#fetching === null && this.#now() - this.#lastFetchAt < this.#cooldownMs) return;
+    if (this.#inCooldown()) return;
     try {
       await this.#fetch();
     } catch {
       // Keep the cached keys (see #keySet).
     }
+  }
+
+  /** Whether no fetch is in progress and the last one started within the cooldown. */
+  #inCooldown(): boolean {
+    return this.#fetching === null && this.#now() - this.#lastFetchAt < this.#cooldownMs;
   }
 
   /** Joins the fetch in progress or starts one. */
@@ -220,12 +242,7 @@ export class PushTokenVerifier {
       await response.body?.cancel();
       throw new Error(`push token JWKS answered HTTP ${response.status}`);
     }
-    let body: unknown;
-    try {
-      body = await response.json();
-    } catch (error) {
-      throw new Error("push token JWKS is not JSON", { cause: error });
-    }
+    const body = await readJwksBody(response);
     const keys = await importRs256Keys(body);
     if (keys.size === 0) throw new Error("push token JWKS has no usable RS256 key");
     this.#keySet = {
@@ -264,17 +281,44 @@ function readKeyId(token: string): string {
   return header.kid;
 }
 
-/** The usable keys of a JWKS, by `kid`; a key that is not an RSA signing key is skipped. */
+/**
+ * The JSON of a JWKS answer of at most {@linkcode MAX_JWKS_BYTES}; reading stops at the limit, so
+ * a huge or endless answer costs no more memory than that (and no longer than the fetch timeout).
+ */
+async function readJwksBody(response: Response): Promise<unknown> {
+  const declared = Number(response.headers.get("content-length") ?? NaN);
+  if (declared > MAX_JWKS_BYTES) {
+    await response.body?.cancel();
+    throw new Error(`push token JWKS answer exceeds ${MAX_JWKS_BYTES} bytes`);
+  }
+  let read;
+  try {
+    read = await readStreamPrefix(response.body, MAX_JWKS_BYTES);
+  } catch (error) {
+    throw new Error("push token JWKS answer could not be read", { cause: error });
+  }
+  if (read.exceeded) throw new Error(`push token JWKS answer exceeds ${MAX_JWKS_BYTES} bytes`);
+  try {
+    return JSON.parse(new TextDecoder().decode(read.bytes));
+  } catch (error) {
+    throw new Error("push token JWKS is not JSON", { cause: error });
+  }
+}
+
+/**
+ * The usable keys of a JWKS, by `kid`; an entry that is not an RSA signing key of a usual size is
+ * skipped. More than {@linkcode MAX_JWKS_KEYS} usable keys refuses the answer whole, before any
+ * is imported.
+ */
 async function importRs256Keys(body: unknown): Promise<Map<string, CryptoKey>> {
   const list = (body as { keys?: unknown } | null)?.keys;
   if (!Array.isArray(list)) throw new Error("push token JWKS has no keys array");
+  const usable = (list as unknown[]).filter(isUsableRs256Key);
+  if (usable.length > MAX_JWKS_KEYS) {
+    throw new Error(`push token JWKS has more than ${MAX_JWKS_KEYS} keys`);
+  }
   const keys = new Map<string, CryptoKey>();
-  for (const jwk of list as JWK[]) {
-    if (
-      typeof jwk !== "object" || jwk === null || jwk.kty !== "RSA" ||
-      typeof jwk.kid !== "string" || (jwk.use !== undefined && jwk.use !== "sig") ||
-      (jwk.alg !== undefined && jwk.alg !== "RS256")
-    ) continue;
+  for (const jwk of usable) {
     try {
       keys.set(jwk.kid, await importJWK(jwk, "RS256") as CryptoKey);
     } catch {
@@ -282,6 +326,34 @@ async function importRs256Keys(body: unknown): Promise<Map<string, CryptoKey>> {
     }
   }
   return keys;
+}
+
+/** Whether a JWKS entry is an RSA signing key for RS256 with a modulus and exponent we accept. */
+function isUsableRs256Key(entry: unknown): entry is JWK & { kid: string } {
+  if (typeof entry !== "object" || entry === null) return false;
+  const jwk = entry as JWK;
+  if (
+    jwk.kty !== "RSA" || typeof jwk.kid !== "string" || typeof jwk.n !== "string" ||
+    typeof jwk.e !== "string" || (jwk.use !== undefined && jwk.use !== "sig") ||
+    (jwk.alg !== undefined && jwk.alg !== "RS256")
+  ) return false;
+  const modulusBits = bitLength(jwk.n);
+  const exponentBits = bitLength(jwk.e);
+  return modulusBits >= MODULUS_BITS.min && modulusBits <= MODULUS_BITS.max &&
+    exponentBits >= 2 && exponentBits <= MAX_EXPONENT_BITS;
+}
+
+/** The bit length of the unsigned big-endian integer in `base64url`; 0 when it does not decode. */
+function bitLength(base64url: string): number {
+  let bytes: Uint8Array;
+  try {
+    bytes = Uint8Array.fromBase64(base64url, { alphabet: "base64url" });
+  } catch {
+    return 0;
+  }
+  const first = bytes.findIndex((byte) => byte !== 0);
+  if (first === -1) return 0;
+  return (bytes.length - first - 1) * 8 + (32 - Math.clz32(bytes[first]));
 }
 
 /** `max-age` of a Cache-Control value in ms: one hour when absent, clamped to 60 s - 24 h. */

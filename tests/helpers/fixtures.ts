@@ -51,8 +51,18 @@ export function storeaCredentialArgs(tenantId: string, keyFile: string): string[
   ];
 }
 
-/** Arguments of `storeb set-credentials` for `tenantId` with the test package and audience. */
-export function storebCredentialArgs(tenantId: string, accountFile: string): string[] {
+/** The push service account `storebCredentialArgs` configures unless told another. */
+export const TEST_PUSH_SERVICE_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
+
+/**
+ * Arguments of `storeb set-credentials` for `tenantId` with the test package, audience and push
+ * service account.
+ */
+export function storebCredentialArgs(
+  tenantId: string,
+  accountFile: string,
+  pushServiceAccount = TEST_PUSH_SERVICE_ACCOUNT,
+): string[] {
   return [
     "storeb",
     "set-credentials",
@@ -63,5 +73,7 @@ export function storebCredentialArgs(tenantId: string, accountFile: string): str
     accountFile,
     "--push-audience",
     "https://relay.example.com/push",
+    "--push-service-account",
+    pushServiceAccount,
   ];
 }
