@@ -77,7 +77,10 @@ export interface ClaimShare {
  * candidates are chosen without locks and then locked with `SKIP LOCKED`: two processes claiming
  * at once pick the same oldest rows of a tenant, so the one that loses gets fewer rather than
  * exceeding the cap. Deliveries of an inactive tenant are not claimed: they wait until it is
- * activated (decisions.md 9).
+ * activated (docs/operations.md, "Inactive tenants").
+ *
+ * The cap and the turns live in this statement, so a claim of any size keeps them; anything
+ * else that leases deliveries must count a tenant's leases the same way.
  */
 export async function claimDueDeliveries(
   sql: Sql,
