@@ -45,6 +45,8 @@ export interface Config {
   deliveryRetryScheduleMs: number[];
   deliveryTimeoutMs: number;
   deliveryConcurrency: number;
+  /** Delivery attempts in flight to one tenant, across every process. */
+  deliveryTenantConcurrency: number;
   callbackAllowInsecure: boolean;
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
@@ -150,6 +152,12 @@ export function readConfig(env: Env): Config {
     deliveryConcurrency: integer(
       "DELIVERY_CONCURRENCY",
       value("DELIVERY_CONCURRENCY") ?? "32",
+      1,
+      10000,
+    ),
+    deliveryTenantConcurrency: integer(
+      "DELIVERY_TENANT_CONCURRENCY",
+      value("DELIVERY_TENANT_CONCURRENCY") ?? "8",
       1,
       10000,
     ),

@@ -266,6 +266,7 @@ async function startDispatcher(
     retryScheduleMs: config.deliveryRetryScheduleMs,
     timeoutMs: config.deliveryTimeoutMs,
     concurrency: config.deliveryConcurrency,
+    tenantConcurrency: config.deliveryTenantConcurrency,
     allowInsecure: config.callbackAllowInsecure,
   });
   await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());

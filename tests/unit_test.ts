@@ -45,6 +45,7 @@ Deno.test("config: defaults match decisions.md 4", () => {
   assert.equal(config.deliveryTimeoutMs, 10_000);
   assert.equal(config.upstreamTimeoutMs, 10_000);
   assert.equal(config.deliveryConcurrency, 32);
+  assert.equal(config.deliveryTenantConcurrency, 8);
   assert.equal(config.callbackAllowInsecure, true);
 });
 

@@ -9,6 +9,10 @@
  *   claims to be taken over when their leases end (at-least-once).
  * - At most `concurrency` attempts are in flight; claims never exceed the free slots, so a
  *   claimed delivery never waits on a busy process while its lease runs out.
+ * - Tenants share the slots fairly, across every process: a tenant holds at most
+ *   `tenantConcurrency` leases at once (one while its callback keeps failing), and each claim
+ *   interleaves tenants (see `claimDueDeliveries`), so one tenant's broken callback or backlog
+ *   does not hold up another's deliveries.
  * - `stop()` stops claiming and waits for the attempts in flight.
  */
 import { withDeadline } from "../deadline.ts";
@@ -22,8 +26,10 @@ import {
   type AttemptVerdict,
   claimDueDeliveries,
   type ClaimedDelivery,
+  FAILING_CALLBACK_STREAK,
   nextDueAt,
   recordAttempt,
+  type RecordedAttempt,
   releaseClaim,
 } from "./queue.ts";
 import { sendDelivery } from "./sender.ts";
@@ -43,6 +49,8 @@ export interface DispatcherOptions {
   retryScheduleMs: number[];
   timeoutMs: number;
   concurrency: number;
+  /** The most attempts in flight to one tenant, across every process sharing the database. */
+  tenantConcurrency: number;
   allowInsecure: boolean;
 }
 
@@ -125,6 +133,7 @@ export class Dispatcher {
         owner: this.owner,
         limit: free,
         leaseMs: this.#leaseMs,
+        tenantCap: this.#options.tenantConcurrency,
       });
       for (const delivery of claimed) this.#start(delivery);
       if (claimed.length < free) return;
@@ -166,7 +175,11 @@ export class Dispatcher {
       allowInsecure: this.#options.allowInsecure,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
-    const kept = await recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict });
+    const recorded = await recordAttempt(sql, delivery.id, {
+      owner: this.owner,
+      result,
+      verdict,
+    });
     const fields = {
       deliveryId: delivery.id,
       eventId: delivery.eventId,
@@ -178,10 +191,31 @@ export class Dispatcher {
       status: verdict.status,
       nextAttemptAt: verdict.status === "pending" ? verdict.nextAttemptAt.toISOString() : null,
     };
-    if (!kept) log.warn("delivery_lease_lost", fields);
+    if (!recorded.kept) log.warn("delivery_lease_lost", fields);
     else if (verdict.status === "failed") log.warn("delivery_failed", fields);
     else log.info("delivery_attempt", fields);
+    this.#logCallbackHealth(delivery.tenantId, recorded);
     if (verdict.status === "pending") this.#wakeAt(verdict.nextAttemptAt.getTime());
+  }
+
+  /** Says when a tenant's callback starts failing (one delivery at a time) and recovers. */
+  #logCallbackHealth(tenantId: string, recorded: RecordedAttempt): void {
+    const { log } = this.#options;
+    if (recorded.failureStreak === FAILING_CALLBACK_STREAK) {
+      log.warn("delivery_callback_failing", {
+        tenantId,
+        failedInARow: recorded.failureStreak,
+        tenantConcurrency: 1,
+      });
+    } else if (
+      recorded.failureStreak === 0 && (recorded.previousStreak ?? 0) >= FAILING_CALLBACK_STREAK
+    ) {
+      log.info("delivery_callback_recovered", {
+        tenantId,
+        failedInARow: recorded.previousStreak,
+        tenantConcurrency: this.#options.tenantConcurrency,
+      });
+    }
   }
 
   /** spec 3: 2xx delivers; otherwise the schedule, lengthened by a 429/503 `Retry-After`. */
@@ -198,7 +232,9 @@ export class Dispatcher {
   async #scheduleNextWakeUp(): Promise<void> {
     // While every slot is busy, each finishing attempt pumps; a timer would only spin.
     if (this.#inFlight.size >= this.#options.concurrency) return;
-    const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS);
+    const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS, {
+      tenantCap: this.#options.tenantConcurrency,
+    });
     if (due !== null) this.#wakeAt(due.getTime());
   }
 

@@ -51,30 +51,80 @@ export type AttemptVerdict =
   | { status: "failed" };
 
 /**
- * Claims up to `limit` due deliveries of active tenants for `owner`, for `leaseMs`. Deliveries of
- * an inactive tenant are not claimed: they wait until it is activated (decisions.md 9).
+ * After this many failed attempts in a row to a tenant's callback, the tenant is sent one
+ * delivery at a time until an attempt succeeds (docs/operations.md, "Delivery scheduling across
+ * tenants").
+ */
+export const FAILING_CALLBACK_STREAK = 5;
+
+/** How a claim shares the delivery slots among tenants. */
+export interface ClaimShare {
+  /** The most leases one tenant may hold at once, across every process. */
+  tenantCap: number;
+}
+
+/**
+ * Claims up to `limit` due deliveries of active tenants for `owner`, for `leaseMs`, sharing them
+ * fairly among tenants, in one statement:
+ *
+ * - a tenant gets at most its free slots: `tenantCap` (1 while its callback is failing, see
+ *   {@linkcode FAILING_CALLBACK_STREAK}) less the leases it holds now, whichever process holds
+ *   them, so a tenant whose callback hangs ties up at most that many slots in the cluster;
+ * - tenants are interleaved: every tenant's oldest due delivery comes before any tenant's
+ *   second, so one tenant's backlog never queues another tenant's deliveries behind it.
+ *
+ * Each tenant is probed on `deliveries_tenant_due`, a few rows however long its backlog. The
+ * candidates are chosen without locks and then locked with `SKIP LOCKED`: two processes claiming
+ * at once pick the same oldest rows of a tenant, so the one that loses gets fewer rather than
+ * exceeding the cap. Deliveries of an inactive tenant are not claimed: they wait until it is
+ * activated (docs/operations.md, "Inactive tenants").
+ *
+ * The cap and the turns live in this statement, so a claim of any size keeps them; anything
+ * else that leases deliveries must count a tenant's leases the same way.
  */
 export async function claimDueDeliveries(
   sql: Sql,
-  claim: { owner: string; limit: number; leaseMs: number },
+  claim: { owner: string; limit: number; leaseMs: number } & ClaimShare,
 ): Promise<ClaimedDelivery[]> {
   const rows = await sql`
-    WITH due AS (
+    WITH candidates AS (
+      SELECT c.id, c.next_attempt_at, c.turn
+      FROM tenants t
+      CROSS JOIN LATERAL (
+        SELECT CASE WHEN t.delivery_failure_streak >= ${FAILING_CALLBACK_STREAK}
+                    THEN 1 ELSE ${claim.tenantCap}::int END
+               - (SELECT count(*)::int FROM deliveries l
+                  WHERE l.tenant_id = t.id AND l.lease_expires_at > now()) AS free
+      ) slots
+      CROSS JOIN LATERAL (
+        SELECT due.id, due.next_attempt_at,
+               row_number() OVER (ORDER BY due.next_attempt_at, due.id) AS turn
+        FROM (
+          SELECT d.id, d.next_attempt_at
+          FROM deliveries d
+          WHERE d.tenant_id = t.id
+            AND d.status = 'pending'
+            AND d.next_attempt_at <= now()
+            AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+          ORDER BY d.next_attempt_at, d.id
+          LIMIT greatest(slots.free, 0)
+        ) due
+      ) c
+      WHERE t.active
+    ), chosen AS (
       SELECT d.id
-      FROM deliveries d JOIN tenants t ON t.id = d.tenant_id
-      WHERE d.status = 'pending'
-        AND d.next_attempt_at <= now()
+      FROM deliveries d
+      WHERE d.id IN (
+          SELECT id FROM candidates ORDER BY turn, next_attempt_at, id LIMIT ${claim.limit})
+        AND d.status = 'pending'
         AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
-        AND t.active
-      ORDER BY d.next_attempt_at
-      LIMIT ${claim.limit}
       FOR UPDATE OF d SKIP LOCKED
     )
     UPDATE deliveries d
     SET lease_owner = ${claim.owner},
         lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
-    FROM due, events e
-    WHERE d.id = due.id AND e.id = d.event_id
+    FROM chosen, events e
+    WHERE d.id = chosen.id AND e.id = d.event_id
     RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload`;
   return rows.map((row) => ({
     id: row.id,
@@ -87,32 +137,67 @@ export async function claimDueDeliveries(
 }
 
 /**
- * When the next pending delivery of an active tenant falls due (or its lease ends), if that is
- * within `horizonMs`; null otherwise. The dispatcher sets a timer for it.
+ * When a claim will next find something for an active tenant, if that is within `horizonMs`;
+ * null otherwise. The dispatcher sets a timer for it. A tenant with a free slot is due at its
+ * oldest unleased delivery's due time; a tenant at its cap only when one of its leases ends
+ * (an attempt that finishes sooner makes its own process claim again).
  */
-export async function nextDueAt(sql: Sql, horizonMs: number): Promise<Date | null> {
+export async function nextDueAt(
+  sql: Sql,
+  horizonMs: number,
+  share: ClaimShare,
+): Promise<Date | null> {
   const [row] = await sql`
-    SELECT min(greatest(d.next_attempt_at, coalesce(d.lease_expires_at, d.next_attempt_at)))
-             AS due
-    FROM deliveries d JOIN tenants t ON t.id = d.tenant_id
-    WHERE d.status = 'pending' AND t.active
-      AND d.next_attempt_at <= now() + ${horizonMs} * interval '1 millisecond'
-      AND (d.lease_expires_at IS NULL
-           OR d.lease_expires_at <= now() + ${horizonMs} * interval '1 millisecond')`;
+    SELECT min(tenant.due) AS due
+    FROM (
+      SELECT CASE WHEN held.count < held.cap THEN least(waiting.due, held.ends)
+                  ELSE held.ends END AS due
+      FROM tenants t
+      CROSS JOIN LATERAL (
+        SELECT count(*)::int AS count, min(l.lease_expires_at) AS ends,
+               CASE WHEN t.delivery_failure_streak >= ${FAILING_CALLBACK_STREAK}
+                    THEN 1 ELSE ${share.tenantCap}::int END AS cap
+        FROM deliveries l
+        WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
+      ) held
+      LEFT JOIN LATERAL (
+        SELECT d.next_attempt_at AS due
+        FROM deliveries d
+        WHERE d.tenant_id = t.id
+          AND d.status = 'pending'
+          AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT 1
+      ) waiting ON true
+      WHERE t.active
+    ) tenant
+    WHERE tenant.due <= now() + ${horizonMs} * interval '1 millisecond'`;
   return row?.due ? new Date(row.due) : null;
+}
+
+/** What recording an attempt did. */
+export interface RecordedAttempt {
+  /** False when the lease had been lost: the attempt is recorded, the state left alone. */
+  kept: boolean;
+  /** The tenant's failed attempts in a row, this one included; 0 after a success. */
+  failureStreak: number;
+  /** The tenant's streak before this attempt, when this attempt changed it. */
+  previousStreak: number | null;
 }
 
 /**
  * Records an attempt and moves the delivery to its next state, in one statement. The state
- * changes only while `owner` still holds the lease; the attempt is recorded either way.
- * Returns false when the lease had been lost.
+ * changes only while `owner` still holds the lease; the attempt is recorded either way, and so
+ * is its effect on the tenant's failure streak (written only when it changes, so a healthy
+ * tenant's row is not rewritten at every delivery).
  */
 export async function recordAttempt(
   sql: Sql,
   deliveryId: string,
   attempt: { owner: string; result: AttemptResult; verdict: AttemptVerdict },
-): Promise<boolean> {
+): Promise<RecordedAttempt> {
   const { owner, result, verdict } = attempt;
+  const delivered = verdict.status === "delivered";
   // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
   const [row] = await sql`
     WITH attempt AS (
@@ -125,7 +210,7 @@ export async function recordAttempt(
       SET status = ${verdict.status},
           attempts = attempts + 1,
           next_attempt_at = ${verdict.status === "pending" ? verdict.nextAttemptAt : null},
-          delivered_at = ${verdict.status === "delivered" ? result.attemptedAt : null},
+          delivered_at = ${delivered ? result.attemptedAt : null},
           lease_owner = NULL,
           lease_expires_at = NULL,
           last_attempt_at = ${result.attemptedAt},
@@ -135,9 +220,24 @@ export async function recordAttempt(
           updated_at = now()
       WHERE id = ${deliveryId} AND lease_owner = ${owner}
       RETURNING id
+    ), streak AS (
+      UPDATE tenants t
+      SET delivery_failure_streak = CASE WHEN ${delivered}::boolean THEN 0
+                                         ELSE t.delivery_failure_streak + 1 END
+      WHERE t.id = (SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})
+        AND (NOT ${delivered}::boolean OR t.delivery_failure_streak <> 0)
+      -- The statement's snapshot does not see its own update: this is the value before it.
+      RETURNING t.delivery_failure_streak AS now,
+                (SELECT delivery_failure_streak FROM tenants WHERE id = t.id) AS before
     )
-    SELECT count(*)::int AS moved FROM moved`;
-  return row.moved === 1;
+    SELECT (SELECT count(*)::int FROM moved) AS moved,
+           (SELECT now FROM streak) AS streak,
+           (SELECT before FROM streak) AS previous`;
+  return {
+    kept: row.moved === 1,
+    failureStreak: row.streak ?? 0,
+    previousStreak: row.previous ?? null,
+  };
 }
 
 /** Gives a claimed delivery back unattempted (shutdown, or its tenant became inactive). */

@@ -1,0 +1,174 @@
+/**
+ * The delivery claim shares slots fairly among tenants, in SQL (docs/operations.md, "Delivery
+ * scheduling across tenants"): tenants take turns, a tenant never holds more leases than its cap
+ * whichever owner holds them, a tenant whose callback keeps failing gets one slot, and the
+ * dispatcher's wake-up time ignores a tenant at its cap. Run against the queue on a real database
+ * of either engine.
+ */
+import assert from "node:assert/strict";
+import { connectDatabase, type Database, type Sql } from "../src/db/connect.ts";
+import { migrate } from "../src/db/migrate.ts";
+import {
+  type AttemptResult,
+  claimDueDeliveries,
+  FAILING_CALLBACK_STREAK,
+  nextDueAt,
+  recordAttempt,
+} from "../src/delivery/queue.ts";
+import { freshDatabase, type TestDatabase } from "./helpers/service.ts";
+
+const LEASE_MS = 60_000;
+
+async function openQueue(): Promise<{ db: Database; test: TestDatabase }> {
+  const test = await freshDatabase();
+  const db = await connectDatabase({
+    databaseUrl: test.env.DATABASE_URL ?? null,
+    dataDir: test.dataDir,
+    poolSize: 2,
+    timeoutMs: 30_000,
+    shareEmbedded: false,
+  });
+  await migrate(db.sql);
+  return { db, test };
+}
+
+let sequence = 0;
+
+/** A tenant with `due` deliveries due now, the oldest first; returns the tenant id. */
+async function tenantWithBacklog(
+  sql: Sql,
+  name: string,
+  due: number,
+  options: { active?: boolean } = {},
+): Promise<string> {
+  const tenantId = `tenant_${name}`;
+  await sql`INSERT INTO tenants (id, name, active) VALUES (${tenantId}, ${name},
+    ${options.active ?? true})`;
+  for (let i = 0; i < due; i++) {
+    const n = ++sequence;
+    const eventId = `evt_${name}_${i}`;
+    await sql`
+      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
+      VALUES (${eventId}, ${tenantId}, 'storea', ${`ext-${n}`}, 'renewal', 'DID_RENEW', '{}')`;
+    // Due in the past, in order of creation: older backlog first.
+    await sql`
+      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at)
+      VALUES (${`dlv_${name}_${i}`}, ${eventId}, ${tenantId}, 'pending',
+              now() - interval '1 hour' + ${n} * interval '1 millisecond')`;
+  }
+  return tenantId;
+}
+
+function claim(sql: Sql, owner: string, limit: number, tenantCap: number) {
+  return claimDueDeliveries(sql, { owner, limit, leaseMs: LEASE_MS, tenantCap });
+}
+
+function failure(): AttemptResult {
+  return {
+    attemptedAt: new Date(),
+    durationMs: 5,
+    responseCode: 500,
+    responseBody: "{}",
+    error: null,
+    retryAfterMs: null,
+  };
+}
+
+Deno.test("delivery queue: tenants take turns, and no tenant exceeds its cap", async (t) => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  try {
+    const flood = await tenantWithBacklog(sql, "flood", 50);
+    const quiet = await tenantWithBacklog(sql, "quiet", 1);
+    const pair = await tenantWithBacklog(sql, "pair", 2);
+    const asleep = await tenantWithBacklog(sql, "asleep", 3, { active: false });
+
+    await t.step("every tenant's oldest comes before any tenant's second", async () => {
+      const claimed = await claim(sql, "owner-a", 4, 8);
+      const byTenant = (id: string) => claimed.filter((d) => d.tenantId === id).length;
+      assert.equal(claimed.length, 4);
+      assert.equal(byTenant(quiet), 1, "the quiet tenant's only delivery");
+      assert.equal(byTenant(pair), 1, "one of the pair's two");
+      assert.equal(byTenant(flood), 2, "the flood's two oldest: it is the oldest backlog");
+      assert.deepEqual(
+        claimed.filter((d) => d.tenantId === flood).map((d) => d.id).sort(),
+        ["dlv_flood_0", "dlv_flood_1"],
+      );
+      assert.equal(byTenant(asleep), 0, "an inactive tenant's deliveries wait");
+    });
+
+    await t.step("the cap counts leases held by any owner", async () => {
+      // The flood holds 2 (owner-a); a cap of 5 leaves it 3, whoever claims.
+      const claimed = await claim(sql, "owner-b", 100, 5);
+      assert.equal(claimed.filter((d) => d.tenantId === flood).length, 3);
+      assert.equal(claimed.filter((d) => d.tenantId === pair).length, 1, "the pair's second");
+      const again = await claim(sql, "owner-c", 100, 5);
+      assert.equal(again.length, 0, "every tenant is at its cap or has nothing due");
+    });
+
+    await t.step(
+      "a tenant at its cap does not wake the dispatcher before a lease ends",
+      async () => {
+        const due = await nextDueAt(sql, 10 * LEASE_MS, { tenantCap: 5 });
+        assert.ok(due !== null && due.getTime() > Date.now() + LEASE_MS / 2, `due ${due}`);
+        const nothing = await nextDueAt(sql, 1_000, { tenantCap: 5 });
+        assert.equal(nothing, null, "nothing within the horizon");
+        // With room under a higher cap, the flood's backlog is due now.
+        const now = await nextDueAt(sql, 1_000, { tenantCap: 6 });
+        assert.ok(now !== null && now.getTime() <= Date.now(), `due ${now}`);
+      },
+    );
+
+    await t.step("an expired lease no longer counts against the cap", async () => {
+      await sql`UPDATE deliveries SET lease_expires_at = now() - interval '1 second'
+                WHERE tenant_id = ${flood} AND lease_owner = 'owner-a'`;
+      const claimed = await claim(sql, "owner-d", 100, 5);
+      // Two leases freed: the two deliveries whose lease ended, the oldest, are taken over.
+      assert.deepEqual(claimed.map((d) => d.id).sort(), ["dlv_flood_0", "dlv_flood_1"]);
+    });
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+Deno.test("delivery queue: a tenant whose callback keeps failing gets one slot", async () => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  try {
+    const failing = await tenantWithBacklog(sql, "failing", 20);
+    const streaks: number[] = [];
+    for (let i = 0; i < FAILING_CALLBACK_STREAK; i++) {
+      const [delivery] = await claim(sql, "owner", 1, 8);
+      const recorded = await recordAttempt(sql, delivery.id, {
+        owner: "owner",
+        result: failure(),
+        verdict: { status: "pending", nextAttemptAt: new Date(Date.now() + 3_600_000) },
+      });
+      assert.equal(recorded.kept, true);
+      streaks.push(recorded.failureStreak);
+    }
+    assert.deepEqual(streaks, [1, 2, 3, 4, 5]);
+
+    const claimed = await claim(sql, "owner", 100, 8);
+    assert.equal(claimed.length, 1, "one delivery at a time while the callback fails");
+    assert.equal(claimed[0].tenantId, failing);
+    assert.equal((await claim(sql, "owner", 100, 8)).length, 0);
+
+    // The first success restores the full share.
+    const success = await recordAttempt(sql, claimed[0].id, {
+      owner: "owner",
+      result: { ...failure(), responseCode: 200 },
+      verdict: { status: "delivered" },
+    });
+    assert.deepEqual(success, {
+      kept: true,
+      failureStreak: 0,
+      previousStreak: FAILING_CALLBACK_STREAK,
+    });
+    assert.equal((await claim(sql, "owner", 100, 8)).length, 8);
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
