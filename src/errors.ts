@@ -58,6 +58,13 @@ export function invalidRequest(message: string, details?: Record<string, unknown
 }
 
 /**
+ * The wait given to the client when a store answers 429 without a usable hint: every 429 carries
+ * `Retry-After` and `details.retryAfterSeconds` (docs/integration.md), and a minute matches the
+ * stores' per-minute quotas without sending clients back while the limit is surely still hit.
+ */
+export const UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS = 60;
+
+/**
  * 429 `RATE_LIMITED` with both the header and the body field of spec 7; `upstreamStatus` when the
  * limit was the store's.
  */

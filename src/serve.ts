@@ -5,7 +5,7 @@
  * stops the boot; main.ts logs it as `startup_failed` and exits 1.
  */
 import { withDeadline } from "./deadline.ts";
-import type { Config } from "./config.ts";
+import { type Config, ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
 import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
@@ -41,15 +41,18 @@ import { PushTokenVerifier } from "./storeb/push_token.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
+/** While the database stays down, its failure is logged at most this often, not per probe. */
+const READY_FAILURE_LOG_INTERVAL_MS = 60_000;
+/** The database check when it fails; the reason is in the `readiness_db_failed` log line. */
+const READY_DB_FAILED = "fail: database unavailable, see the log";
 /** Credential and tenant changes reach the verify and receive paths within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
   const es256Engine = await selectEs256Engine(config.cryptoEngine);
-  // Unreadable roots stop the boot here rather than fail every notification later.
   const storeaJws = new StoreaJwsVerifier({
-    rootCertificates: await readRootCertificates(config.storeaRootCerts),
+    rootCertificates: await storeaRootCertificates(config, log),
     engine: es256Engine,
   });
   const masterKey = await loadMasterKey(config, log);
@@ -71,7 +74,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
     await ensureEncryptionCanary(db.sql, box);
 
-    const readiness = new Readiness(db, box);
+    const readiness = new Readiness(db, box, log);
     const keyMatches = await readiness.encryptionCheck();
     if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
     audit = config.validationAuditEnabled ? await startValidationAudit(db, box, config, log) : null;
@@ -212,6 +215,30 @@ export async function serve(config: Config, log: Logger): Promise<void> {
 }
 
 /**
+ * The roots of `STOREA_ROOT_CERTS`, which replace the Apple root pin: worth a warning at every
+ * boot in production. Unreadable roots stop the boot here, naming the variable, rather than fail
+ * every notification later.
+ */
+async function storeaRootCertificates(config: Config, log: Logger): Promise<Uint8Array[]> {
+  if (config.storeaRootCerts.length === 0) return [];
+  let roots: Uint8Array[];
+  try {
+    roots = await readRootCertificates(config.storeaRootCerts);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ConfigError("STOREA_ROOT_CERTS", `cannot be used: ${reason}`);
+  }
+  if (config.env === "production") {
+    log.warn("storea_root_certs_replace_pin", {
+      paths: config.storeaRootCerts,
+      hint: "signed store A data is trusted up to these roots instead of Apple Root CA - G3; " +
+        "unset STOREA_ROOT_CERTS in production",
+    });
+  }
+  return roots;
+}
+
+/**
  * Starts the validation audit: batched background writes, and with a retention period a prune
  * at boot and then daily (a `Deno.cron` job; every replica may run it, deleting is idempotent).
  */
@@ -275,27 +302,59 @@ async function startDispatcher(
   return dispatcher;
 }
 
-/** The `/ready` checks (spec 4.6). */
+/**
+ * The `/ready` checks (docs/operations.md, "Health checks"). `/ready` needs no key, so a failing
+ * database is reported without detail: the database's own error text (which names hosts, users
+ * and databases) goes to the log only, once per outage and then at most once a minute.
+ */
 class Readiness {
   #db: Database;
   #box: SecretBox;
+  #log: Logger;
   /** The last encryption verdict, kept for when the database cannot be asked. */
   #encryption = "fail: not checked yet";
   #verdicts = new Map<string, boolean>();
+  /** When the current outage was last logged (null while the database answers). */
+  #failureLoggedAt: number | null = null;
+  /** Probes that failed in the current outage. */
+  #failedProbes = 0;
 
-  constructor(db: Database, box: SecretBox) {
+  constructor(db: Database, box: SecretBox, log: Logger) {
     this.#db = db;
     this.#box = box;
+    this.#log = log;
   }
 
   async check(): Promise<ReadinessChecks> {
     try {
       const encryption = await withDeadline(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
+      if (this.#failureLoggedAt !== null) {
+        this.#log.info("readiness_db_recovered", { failedProbes: this.#failedProbes });
+        this.#failureLoggedAt = null;
+        this.#failedProbes = 0;
+      }
       return { db: "ok", encryption };
     } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
-      return { db: `fail: ${reason}`, encryption: this.#encryption };
+      this.#logFailure(error);
+      return { db: READY_DB_FAILED, encryption: this.#encryption };
     }
+  }
+
+  #logFailure(error: unknown): void {
+    this.#failedProbes++;
+    const now = Date.now();
+    const lastLogged = this.#failureLoggedAt;
+    if (lastLogged !== null && now - lastLogged < READY_FAILURE_LOG_INTERVAL_MS) return;
+    // The reason is logged in production too: the query is fixed, so its error text can only
+    // describe the database and the way to it, which is what the operator needs.
+    const code = (error as { code?: unknown })?.code;
+    this.#log.warn("readiness_db_failed", {
+      reason: error instanceof Error ? error.message : String(error),
+      ...(typeof code === "string" ? { code } : {}),
+      failedProbes: this.#failedProbes,
+      errorClass: error instanceof Error ? error.constructor.name : typeof error,
+    });
+    this.#failureLoggedAt = now;
   }
 
   /** Reads the canary (which also proves the database answers) and opens it with our key. */

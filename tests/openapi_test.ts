@@ -783,6 +783,11 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
       message: "m",
       details: { retryAfterSeconds: 0 },
     }, "a zero retryAfterSeconds");
+    assertInvalid(component("RateLimitedError"), {
+      valid: false,
+      error: "RATE_LIMITED",
+      message: "m",
+    }, "RATE_LIMITED without details");
     assertInvalid(component("AppleApiError"), {
       valid: false,
       error: "APPLE_API_ERROR",
@@ -1169,7 +1174,7 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
       play.script({ status: 429 });
       const unhinted = await verifyB(bSubscription());
       assert.equal(unhinted.status, 429);
-      assert.equal(unhinted.headers.get("retry-after"), null);
+      assert.equal(unhinted.headers.get("retry-after"), "60", "the default wait");
       play.clearScripts();
     });
 

@@ -12,8 +12,38 @@ Deno.test("price goes from milli-units to the currency's smallest unit", () => {
   // Rounded to an integer when Apple's milli-units carry more precision than the currency.
   assert.equal(priceInMinorUnits(9995, "USD"), 1000);
   assert.equal(priceInMinorUnits(1500, "JPY"), 2);
-  // A code Intl cannot format falls back to two decimals rather than failing the request.
+  // A code the table does not know falls back to two decimals rather than failing the request.
+  assert.equal(priceInMinorUnits(9990, "XYZ"), 999);
   assert.equal(priceInMinorUnits(9990, "not a currency"), 999);
+});
+
+Deno.test("price exponents are ISO 4217's, where Intl (CLDR) disagrees too", () => {
+  // 12.345 units of each currency in Apple's milli-units, in the currency's smallest unit.
+  const byExponent = { 0: 12, 2: 1235, 3: 12_345, 4: 123_450 };
+  const exponents: [string, keyof typeof byExponent][] = [
+    ["IQD", 3],
+    ["RSD", 2],
+    ["LBP", 2],
+    ["ALL", 2],
+    ["MMK", 2],
+    ["LAK", 2],
+    ["YER", 2],
+    ["SYP", 2],
+    ["IRR", 2],
+    ["AFN", 2],
+    ["USD", 2],
+    ["JPY", 0],
+    ["KWD", 3],
+    ["CLF", 4],
+    ["XYZ", 2],
+  ];
+  for (const [currency, exponent] of exponents) {
+    assert.equal(
+      priceInMinorUnits(12_345, currency),
+      byExponent[exponent],
+      `${currency} has exponent ${exponent}`,
+    );
+  }
 });
 
 Deno.test("a full transaction is normalized field by field", () => {

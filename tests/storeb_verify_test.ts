@@ -358,13 +358,13 @@ Deno.test("storeb verify: every answer of spec 4.2 through a real service", asyn
       },
     );
 
-    await step("upstream 429 without a hint: 429 RATE_LIMITED, no retryAfterSeconds", async () => {
+    await step("upstream 429 without a hint: 429 RATE_LIMITED with the default wait", async () => {
       play.script({ status: 429 });
       const answer = await verify(service, key, subscriptionRequest(token()));
       assert.equal(answer.status, 429);
       assert.equal(answer.body.error, "RATE_LIMITED");
-      assert.equal(answer.body.details?.retryAfterSeconds, undefined);
-      assert.equal(answer.headers.get("retry-after"), null);
+      assert.deepEqual(answer.body.details, { retryAfterSeconds: 60 });
+      assert.equal(answer.headers.get("retry-after"), "60");
     });
 
     const known = token();

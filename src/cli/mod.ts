@@ -77,9 +77,10 @@ type Command = (args: string[], context: CliContext) => Promise<Record<string, u
 /** The usage text, printed with a usage error. */
 export const USAGE = `usage: purchase-relay <command>
   serve | migrate | version
-  tenant create --name NAME [--callback-url URL] [--webhook-secret SECRET]
+  tenant create --name NAME [--callback-url URL]
+      [--webhook-secret-file PATH|- | --webhook-secret SECRET]
   tenant list | show ID | deactivate ID | activate ID
-  tenant set-callback ID --url URL [--webhook-secret SECRET]
+  tenant set-callback ID --url URL [--webhook-secret-file PATH|- | --webhook-secret SECRET]
   key create TENANT_ID [--env live|test] [--name NAME]
   key list TENANT_ID | revoke KEY_ID
   storea set-credentials TENANT_ID --bundle-id ID --key-id KID --issuer-id UUID
@@ -137,14 +138,15 @@ const COMMANDS: Record<string, Command> = {
     const { values } = parse(args, {
       name: { type: "string" },
       "callback-url": { type: "string" },
-      "webhook-secret": { type: "string" },
+      ...WEBHOOK_SECRET_OPTIONS,
     });
     const name = required(values, "name");
     const callbackUrl = optionalCallback(values["callback-url"], context.config);
-    if (values["webhook-secret"] !== undefined && callbackUrl === null) {
-      throw new UsageError("--webhook-secret needs --callback-url");
+    const given = await givenWebhookSecret(values);
+    if (given !== undefined && callbackUrl === null) {
+      throw new UsageError("--webhook-secret and --webhook-secret-file need --callback-url");
     }
-    const webhookSecret = callbackUrl === null ? null : webhookSecretFrom(values["webhook-secret"]);
+    const webhookSecret = callbackUrl === null ? null : webhookSecretFrom(given);
     const { db, box } = await context.open();
     const tenant = await insertTenant(db.sql, box, {
       id: newId("tenant"),
@@ -176,13 +178,13 @@ const COMMANDS: Record<string, Command> = {
   "tenant deactivate": (args, context) => setActive(args, context, false),
   "tenant activate": (args, context) => setActive(args, context, true),
   "tenant set-callback": async (args, context) => {
-    const parsed = parse(args, { url: { type: "string" }, "webhook-secret": { type: "string" } });
+    const parsed = parse(args, { url: { type: "string" }, ...WEBHOOK_SECRET_OPTIONS });
     const id = onePositional(parsed, "ID");
     const callbackUrl = optionalCallback(required(parsed.values, "url"), context.config)!;
+    const given = await givenWebhookSecret(parsed.values);
     const { db, box } = await context.open();
     const before = await mustFindTenant(db, id);
     // A tenant without a secret gets one; an existing secret is kept unless a new one is given.
-    const given = parsed.values["webhook-secret"];
     const webhookSecret = given !== undefined || !before.hasWebhookSecret
       ? webhookSecretFrom(given)
       : null;
@@ -536,6 +538,33 @@ function optionalCallback(url: string | undefined, config: Config): string | nul
   const problem = callbackUrlProblem(url, config.callbackAllowInsecure);
   if (problem !== null) throw new CommandError("INVALID_CALLBACK_URL", `callback URL ${problem}`);
   return url;
+}
+
+/** The options that give a webhook secret; see {@linkcode givenWebhookSecret}. */
+const WEBHOOK_SECRET_OPTIONS = {
+  "webhook-secret": { type: "string" },
+  "webhook-secret-file": { type: "string" },
+} as const;
+
+/**
+ * The webhook secret the operator gave, if any. `--webhook-secret-file PATH` (`-` for standard
+ * input) keeps it out of the command line, which every user of the machine can read (`ps`,
+ * `/proc/<pid>/cmdline`); `--webhook-secret SECRET` still works. The file's final line break is
+ * not part of the secret.
+ */
+async function givenWebhookSecret(
+  values: Record<string, string | undefined>,
+): Promise<string | undefined> {
+  const inline = values["webhook-secret"];
+  const path = values["webhook-secret-file"];
+  if (path === undefined) return inline;
+  if (inline !== undefined) {
+    throw new UsageError("give --webhook-secret or --webhook-secret-file, not both");
+  }
+  const text = path === "-"
+    ? await new Response(Deno.stdin.readable).text()
+    : await readSecretFile(path);
+  return text.replace(/\r?\n$/, "");
 }
 
 function webhookSecretFrom(given: string | undefined): string {

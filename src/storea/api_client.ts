@@ -3,7 +3,7 @@
  * the verify endpoint needs. One call is retried once when Apple says to try again (5xx,
  * errorCode 5000001) or the connection broke, within the caller's deadline.
  */
-import { rateLimited, ServiceError } from "../errors.ts";
+import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 
@@ -135,15 +135,16 @@ function upstreamError(error: unknown): unknown {
 
 /**
  * 429 `RATE_LIMITED`. Apple's `Retry-After` is a UNIX time in milliseconds, not the seconds
- * of RFC 7231, so it is turned into seconds from now.
+ * of RFC 7231, so it is turned into seconds from now (at least 1). Without one, or with anything
+ * but digits (garbage, a negative number), the client is told the default wait.
  */
 function appleRateLimited(retryAfter: string | null): ServiceError {
   const message = "the App Store rate limit for this app was exceeded";
-  const until = retryAfter === null ? NaN : Number(retryAfter);
-  if (!Number.isFinite(until)) {
-    return new ServiceError("RATE_LIMITED", message, { upstreamStatus: 429 });
-  }
-  return rateLimited(message, (until - Date.now()) / 1000, { upstreamStatus: 429 });
+  const text = retryAfter?.trim() ?? "";
+  const seconds = /^\d{1,16}$/.test(text)
+    ? (Number(text) - Date.now()) / 1000
+    : UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS;
+  return rateLimited(message, seconds, { upstreamStatus: 429 });
 }
 
 function parseObject(text: string): Record<string, unknown> | null {

@@ -65,25 +65,29 @@ export function normalizeTransaction(
   };
 }
 
-const minorDigits = new Map<string, number>();
+/**
+ * ISO 4217 minor-unit exponents that are not 2, from ISO 4217 List One (the current currency
+ * and funds codes) as published by its maintenance agency (SIX) on 2024-06-25. Every other code
+ * has exponent 2; so do the codes the list marks N.A. (XAU, XDR, XXX...), which no store prices
+ * in. `Intl` is not used: its data (CLDR) gives the digits people write, not ISO's, and differs
+ * for IQD, RSD, LBP and others.
+ */
+const ISO_4217_EXPONENTS: ReadonlyMap<string, number> = new Map(
+  ([
+    [0, "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF"],
+    [3, "BHD IQD JOD KWD LYD OMR TND"],
+    [4, "CLF UYW"],
+  ] as const).flatMap(([exponent, codes]) => codes.split(" ").map((code) => [code, exponent])),
+);
 
 /**
  * Converts Apple's milli-units to the smallest unit of `currency` (its ISO 4217 exponent):
- * USD 9990 -> 999 cents, JPY 1200000 -> 1200 yen, KWD 1990 -> 1990 fils.
+ * USD 9990 -> 999 cents, JPY 1200000 -> 1200 yen, KWD 1990 -> 1990 fils. A code the table does
+ * not know gets 2, the exponent of most currencies.
  */
 export function priceInMinorUnits(milliUnits: number, currency: string): number {
-  let digits = minorDigits.get(currency);
-  if (digits === undefined) {
-    try {
-      digits = new Intl.NumberFormat("en", { style: "currency", currency })
-        .resolvedOptions().maximumFractionDigits ?? 2;
-    } catch {
-      // Not a well-formed currency code; two decimals is what most currencies use.
-      digits = 2;
-    }
-    if (minorDigits.size < 1_000) minorDigits.set(currency, digits);
-  }
-  return Math.round((milliUnits * 10 ** digits) / 1000);
+  const exponent = ISO_4217_EXPONENTS.get(currency) ?? 2;
+  return Math.round((milliUnits * 10 ** exponent) / 1000);
 }
 
 function isoDate(value: unknown): string | null {

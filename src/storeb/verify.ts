@@ -3,7 +3,7 @@
  * purchase token and normalizes the answer.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
-import { rateLimited, ServiceError } from "../errors.ts";
+import { rateLimited, type ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
 import { StorebApiClient } from "./api_client.ts";
 import {
@@ -128,17 +128,18 @@ export class StorebVerifier {
 }
 
 /**
- * 429 `RATE_LIMITED` for the upstream quota. Spec 4.2 sets `details.retryAfterSeconds` only
- * when the upstream sent a hint, so without one the answer carries neither it nor a
- * `Retry-After` header: the service does not invent a wait it does not know.
+ * 429 `RATE_LIMITED` for the upstream quota, with the store's `Retry-After` when it sent a usable
+ * one (seconds or an HTTP date) and the default wait otherwise: every 429 carries both the header
+ * and `details.retryAfterSeconds`.
  */
 function quotaExceeded(answer: UpstreamResponse): ServiceError {
   const message = "the store B API quota of this service account is exceeded";
   const seconds = retryAfterSeconds(answer.headers.get("retry-after"));
-  if (seconds === null) {
-    return new ServiceError("RATE_LIMITED", `${message}; retry later`, { upstreamStatus: 429 });
-  }
-  return rateLimited(`${message}; retry after the time given`, seconds, { upstreamStatus: 429 });
+  return rateLimited(
+    `${message}; retry after ${seconds === null ? "the default wait" : "the time given"}`,
+    seconds ?? UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
+    { upstreamStatus: 429 },
+  );
 }
 
 /** 502 `GOOGLE_API_ERROR` for any other status, with Google's own error code when it sent one. */
