@@ -19,12 +19,21 @@ export const EXECUTABLE_PATHS = {
   configDir: "/etc/purchase-relay",
 } as const;
 
+/**
+ * What npm:postgres fills in from when DATABASE_URL leaves it out (docs/operations.md, "Other
+ * environment variables"): read only with a DATABASE_URL, so that they cannot steer the embedded
+ * engine's client.
+ */
+export const POSTGRES_CLIENT_VARIABLES = ["PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE"];
+
 /** What one process may touch besides the network. */
 interface Scope {
   reads: string[];
   writes: string[];
   /** Whether it may open libcrypto (the OpenSSL ES256 engine). */
   ffi: boolean;
+  /** Whether it connects to PostgreSQL with DATABASE_URL, which POSTGRES_CLIENT_VARIABLES complete. */
+  postgres: boolean;
   /** Whether it may look up its OS user, npm:postgres's user name when DATABASE_URL has none. */
   osUser: boolean;
 }
@@ -45,7 +54,7 @@ export function servicePermissions(
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     // The process stops at its first line, on the same error, before it touches any file.
-    return permissionFlags({ reads: [], writes: [], ffi: false, osUser: false });
+    return permissionFlags({ reads: [], writes: [], ffi: false, postgres: false, osUser: false });
   }
   const embedded = config.databaseUrl === null;
   // With PostgreSQL and ENCRYPTION_KEY the service keeps nothing in DATA_DIR, and gets no access.
@@ -60,7 +69,8 @@ export function servicePermissions(
     ],
     writes: data,
     ffi: config.cryptoEngine !== "webcrypto",
-    osUser: config.databaseUrl !== null && new URL(config.databaseUrl).username === "",
+    postgres: !embedded,
+    osUser: !embedded && new URL(config.databaseUrl!).username === "",
   });
 }
 
@@ -74,19 +84,21 @@ export function executablePermissions(): string[] {
     reads: [EXECUTABLE_PATHS.dataDir, EXECUTABLE_PATHS.configDir],
     writes: [EXECUTABLE_PATHS.dataDir],
     ffi: true,
+    postgres: true,
     osUser: true,
   });
 }
 
 function permissionFlags(scope: Scope): string[] {
+  const variables = [...configVariables(), ...(scope.postgres ? POSTGRES_CLIENT_VARIABLES : [])];
   return [
     // Net stays whole: tenants' callback URLs may be any public host, and src/delivery checks
     // each address before it connects, which a fixed list given at start could not do.
     "--allow-net",
-    `--allow-env=${configVariables().join(",")}`,
+    `--allow-env=${variables.join(",")}`,
     // Any other variable reads as unset instead of failing: libraries look up optional ones
-    // (npm:postgres reads PGPORT, PGPASSWORD... when DATABASE_URL leaves them out). The runtime
-    // reads its own (DENO_*, OTEL_*, HTTPS_PROXY...) before any permission applies.
+    // (npm:postgres reads PGSSL, PGAPPNAME...). The runtime reads its own (DENO_*, OTEL_*,
+    // HTTPS_PROXY...) before any permission applies.
     "--ignore-env",
     ...pathFlag("--allow-read", scope.reads),
     ...pathFlag("--allow-write", scope.writes),

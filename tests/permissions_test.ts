@@ -7,7 +7,12 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { configVariables } from "../src/config.ts";
 import { LIBCRYPTO_PATHS } from "../src/crypto/es256.ts";
-import { EXECUTABLE_PATHS, executablePermissions, servicePermissions } from "../src/permissions.ts";
+import {
+  EXECUTABLE_PATHS,
+  executablePermissions,
+  POSTGRES_CLIENT_VARIABLES,
+  servicePermissions,
+} from "../src/permissions.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const MIGRATIONS = fileURLToPath(new URL("migrations/", ROOT));
@@ -23,8 +28,11 @@ function scopeOf(flags: string[], flag: string): string[] | null {
   return found[0].slice(flag.length + 1).split(",");
 }
 
-/** What holds for every configuration: nothing unscoped but the network, nothing to run. */
-function assertLeastPrivilege(flags: string[]): void {
+/**
+ * What holds for every configuration: nothing unscoped but the network, nothing to run, and the
+ * configuration's variables, with npm:postgres's own on PostgreSQL.
+ */
+function assertLeastPrivilege(flags: string[], postgres = false): void {
   for (const flag of flags) {
     assert.ok(
       !["-A", "--allow-all", "--allow-run", "--allow-import"].some((f) => flag.startsWith(f)),
@@ -36,7 +44,10 @@ function assertLeastPrivilege(flags: string[]): void {
   ) {
     scopeOf(flags, flag);
   }
-  assert.deepEqual(scopeOf(flags, "--allow-env"), configVariables());
+  assert.deepEqual(scopeOf(flags, "--allow-env"), [
+    ...configVariables(),
+    ...(postgres ? POSTGRES_CLIENT_VARIABLES : []),
+  ]);
   assert.ok(flags.includes("--ignore-env") && flags.includes("--no-prompt"));
   assert.ok(flags.includes("--allow-net"));
 }
@@ -85,7 +96,7 @@ Deno.test("permissions: PostgreSQL with ENCRYPTION_KEY writes nothing and reads 
     ENCRYPTION_KEY: KEY,
     DATA_DIR: "/srv/relay/state",
   });
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.equal(scopeOf(flags, "--allow-write"), null);
   assert.deepEqual(scopeOf(flags, "--allow-read"), [MIGRATIONS]);
   assert.equal(scopeOf(flags, "--allow-sys"), null);
@@ -93,14 +104,14 @@ Deno.test("permissions: PostgreSQL with ENCRYPTION_KEY writes nothing and reads 
 
 Deno.test("permissions: PostgreSQL without a key writes only the generated key's DATA_DIR", () => {
   const flags = servicePermissions({ DATABASE_URL: POSTGRES, DATA_DIR: "/srv/relay/state" });
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.deepEqual(scopeOf(flags, "--allow-write"), ["/srv/relay/state"]);
   assert.deepEqual(pgliteFiles(flags), []);
 });
 
 Deno.test("permissions: a DATABASE_URL without a user may look up the OS user, as libpq", () => {
   const flags = servicePermissions({ DATABASE_URL: "postgres://db.internal/relay" });
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.deepEqual(scopeOf(flags, "--allow-sys"), ["userInfo", "uid", "gid"]);
 });
 
@@ -110,7 +121,7 @@ Deno.test("permissions: STOREA_ROOT_CERTS files are readable, and only they", ()
     ENCRYPTION_KEY: KEY,
     STOREA_ROOT_CERTS: "/etc/relay/root-a.pem, /etc/relay/root-b.der",
   });
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.deepEqual(scopeOf(flags, "--allow-read"), [
     MIGRATIONS,
     "/etc/relay/root-a.pem",
@@ -139,7 +150,7 @@ Deno.test("permissions: a CLI command may read the files named by its --*-file o
       "com.example.app",
     ],
   );
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.deepEqual(scopeOf(flags, "--allow-read"), [
     MIGRATIONS,
     "./AuthKey.p8",
@@ -161,7 +172,7 @@ Deno.test("permissions: a path with a comma is refused, not split into two grant
 
 Deno.test("permissions: the executable's are fixed to the unit's and the image's paths", () => {
   const flags = executablePermissions();
-  assertLeastPrivilege(flags);
+  assertLeastPrivilege(flags, true);
   assert.deepEqual(scopeOf(flags, "--allow-read"), [
     EXECUTABLE_PATHS.dataDir,
     EXECUTABLE_PATHS.configDir,
