@@ -2,7 +2,7 @@
  * purchase-relay: `serve` (the default), `migrate`, `version` and the admin commands.
  * @module
  */
-import { readConfig } from "./src/config.ts";
+import { readConfig, readEnvironment } from "./src/config.ts";
 import { log, Logger } from "./src/log.ts";
 import { serve } from "./src/serve.ts";
 import { type CliContext, openForCli, runCli } from "./src/cli/mod.ts";
@@ -15,7 +15,7 @@ async function main(args: string[]): Promise<number> {
 
 async function runServer(): Promise<number> {
   try {
-    const config = readConfig(Deno.env.toObject());
+    const config = readConfig(readEnvironment());
     log.configure({ level: config.logLevel, production: config.env === "production" });
     await serve(config, log);
     return 0;
@@ -34,7 +34,7 @@ async function runAdmin(args: string[]): Promise<number> {
   const cliLog = new Logger({ write: (bytes) => Deno.stderr.writeSync(bytes) });
   let config;
   try {
-    config = readConfig(Deno.env.toObject());
+    config = readConfig(readEnvironment());
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     Deno.stderr.writeSync(

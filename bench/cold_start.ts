@@ -247,7 +247,7 @@ function timeServiceBoot(
   expect: { engine: "postgresql" | "embedded"; migrates: boolean },
 ): Promise<Boot> {
   return timeBoot(
-    ["run", ...servicePermissions(env.DATA_DIR), `${ROOT}/main.ts`, "serve"],
+    ["run", ...servicePermissions(env), `${ROOT}/main.ts`, "serve"],
     env,
     (records) => {
       const listening = records[records.length - 1];

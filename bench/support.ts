@@ -359,7 +359,7 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
     core: options.core,
     args: [
       "run",
-      ...servicePermissions(options.env.DATA_DIR),
+      ...servicePermissions(options.env),
       `${ROOT}/main.ts`,
       "serve",
     ],
@@ -476,7 +476,7 @@ export async function runCli(
   const output = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
-      ...servicePermissions(env.DATA_DIR),
+      ...servicePermissions(env, args),
       `${ROOT}/main.ts`,
       ...args,
     ],

@@ -4,6 +4,8 @@
  * (`v<major>.<minor>.<patch>`), else `dev`. Deno downloads its runtime for this step, so it needs
  * network access to Deno's release servers.
  */
+import { executablePermissions } from "../src/permissions.ts";
+
 const VERSION_FILE = new URL("../src/version.ts", import.meta.url);
 
 async function gitTag(): Promise<string | null> {
@@ -32,13 +34,9 @@ try {
   const { code } = await new Deno.Command("deno", {
     args: [
       "compile",
-      "--allow-net",
-      "--allow-env",
-      "--allow-read",
-      // DATA_DIR is chosen at run time; confine writes with the service manager (see operations).
-      "--allow-write",
-      "--allow-sys=hostname,osRelease",
-      "--allow-ffi",
+      // Fixed now, for the paths of the systemd unit and the container image: the executable
+      // cannot follow a DATA_DIR chosen when it runs (docs/operations.md, "Permissions").
+      ...executablePermissions(),
       "--include",
       "migrations/",
       "--output",

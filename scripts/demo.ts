@@ -425,7 +425,7 @@ class Demo {
   async cli(args: string[]): Promise<Record<string, unknown>> {
     showCommand(cliCommandLines(args));
     const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", ...servicePermissions(this.dataDir), MAIN, ...args],
+      args: ["run", ...servicePermissions(this.env, args), MAIN, ...args],
       cwd: ROOT,
       env: this.env,
       clearEnv: true,
@@ -542,11 +542,12 @@ async function startSimulators(demo: Demo): Promise<void> {
 async function startService(demo: Demo): Promise<void> {
   demo.begin(
     "Start the service",
-    "The real service, `main.ts serve`, with explicit permissions (it may write only in its",
-    "DATA_DIR) and a fresh embedded database in the temporary directory. The STOREA_* and",
-    "STOREB_* variables point it at the simulators instead of Apple and Google, and",
-    "STOREA_ROOT_CERTS makes it trust the test root instead of Apple's. PORT=0 picks a free",
-    "port; CALLBACK_ALLOW_INSECURE=true allows the http://127.0.0.1 callback receiver.",
+    "The real service, `main.ts serve`, with the permissions `deno task start` computes from",
+    "this configuration (it may write only in its DATA_DIR, and read only that and the files",
+    "the configuration names) and a fresh embedded database in the temporary directory. The",
+    "STOREA_* and STOREB_* variables point it at the simulators instead of Apple and Google,",
+    "and STOREA_ROOT_CERTS makes it trust the test root instead of Apple's. PORT=0 picks a",
+    "free port; CALLBACK_ALLOW_INSECURE=true allows the http://127.0.0.1 callback receiver.",
   );
   const own: [string, string][] = [
     ["DATA_DIR", demo.dataDir],
@@ -561,13 +562,12 @@ async function startService(demo: Demo): Promise<void> {
     ["STOREB_OIDC_CERTS_URL", demo.issuer.certsUrl],
   ];
   demo.env = childEnv(Object.fromEntries(own));
-  const permissions = servicePermissions(demo.dataDir);
-  showCommand([
-    ...own.map(([name, value]) => `${name}=${shellWord(value)}`),
-    `deno run ${permissions.slice(0, 3).join(" ")}`,
-    `${permissions.slice(3).join(" ")} main.ts serve`,
-  ]);
-  const service = new ServiceProcess(["run", ...permissions, MAIN, "serve"], demo.env);
+  // `deno task start` runs the same command, with the permissions this configuration gives.
+  showCommand([...own.map(([name, value]) => `${name}=${shellWord(value)}`), "deno task start"]);
+  const service = new ServiceProcess(
+    ["run", ...servicePermissions(demo.env), MAIN, "serve"],
+    demo.env,
+  );
   demo.resources.service = service;
   say(dim("  Waiting for the `listening` log line (the first run also creates the database)…"));
   const port = await service.listeningPort(BOOT_TIMEOUT_MS);
@@ -986,11 +986,7 @@ async function keepRunning(demo: Demo, signalled: Promise<void>): Promise<void> 
     "  work as shown, except those with a shortened token or payload. The admin CLI works on",
     "  this service's database from the checkout, for example:",
   );
-  showCommand([
-    `DATA_DIR=${shellWord(demo.dataDir)}`,
-    `deno run ${servicePermissions(demo.dataDir).slice(0, 3).join(" ")}`,
-    `${servicePermissions(demo.dataDir).slice(3).join(" ")} main.ts deliveries list`,
-  ]);
+  showCommand([`DATA_DIR=${shellWord(demo.dataDir)}`, "deno task cli deliveries list"]);
   say("  The service's log lines follow. Press Ctrl-C to stop and clean up.", "");
   const service = demo.resources.service!;
   service.onLine = (line) => say(dim(line));

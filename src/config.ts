@@ -169,6 +169,33 @@ export function readConfig(env: Env): Config {
   };
 }
 
+/**
+ * The names of the variables {@linkcode readConfig} reads, found by running it on an empty
+ * environment: a variable added there is on this list without another edit. The service may
+ * read these and no others (`--allow-env=<names>`, src/permissions.ts); tests/permissions_test.ts
+ * fails if a variable is read only under a condition and so missed here.
+ */
+export function configVariables(): string[] {
+  const names = new Set<string>();
+  readConfig(
+    new Proxy<Env>({}, {
+      get(_target, name) {
+        if (typeof name === "string") names.add(name);
+        return undefined;
+      },
+    }),
+  );
+  return [...names].sort();
+}
+
+/**
+ * The process's configuration variables, read one by one: a scoped `--allow-env` refuses
+ * `Deno.env.toObject()`.
+ */
+export function readEnvironment(): Env {
+  return Object.fromEntries(configVariables().map((name) => [name, Deno.env.get(name)]));
+}
+
 /** Decodes `ENCRYPTION_KEY`: standard or URL-safe base64 of exactly 32 bytes. */
 export function decodeMasterKey(text: string): Uint8Array {
   const normalized = text.replaceAll("-", "+").replaceAll("_", "/");

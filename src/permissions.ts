@@ -1,16 +1,142 @@
 /**
- * The Deno permissions the service and its admin CLI run with (decisions.md 2): never `-A`, and
- * writes only in `DATA_DIR`. `deno task start`, the tests, the benchmarks and the demo all start
- * `main.ts` with these, so what is tested is what an operator runs.
+ * The Deno permissions of the service and its admin CLI: never `-A`, and each one scoped to what
+ * the configuration needs (docs/operations.md, "Permissions"). One list for every way `main.ts`
+ * runs: `deno task start` and `deno task cli` (scripts/launch.ts computes it from the
+ * environment), the compiled executable (scripts/compile.ts bakes in {@linkcode
+ * executablePermissions}), the tests, the benchmarks and the demo.
  */
-export function servicePermissions(dataDir: string): string[] {
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type Config, ConfigError, configVariables, readConfig } from "./config.ts";
+import { LIBCRYPTO_PATHS } from "./crypto/es256.ts";
+import { MIGRATIONS_DIR } from "./db/migrate.ts";
+
+/** Where the compiled executable may read and write: the systemd unit's and the image's paths. */
+export const EXECUTABLE_PATHS = {
+  /** `DATA_DIR`: read and write. */
+  dataDir: "/var/lib/purchase-relay",
+  /** Files named in the configuration (`STOREA_ROOT_CERTS`) and given to the CLI: read only. */
+  configDir: "/etc/purchase-relay",
+} as const;
+
+/**
+ * What npm:postgres fills in from when DATABASE_URL leaves it out (docs/operations.md, "Other
+ * environment variables"): read only with a DATABASE_URL, so that they cannot steer the embedded
+ * engine's client.
+ */
+export const POSTGRES_CLIENT_VARIABLES = ["PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE"];
+
+/** What one process may touch besides the network. */
+interface Scope {
+  reads: string[];
+  writes: string[];
+  /** Whether it may open libcrypto (the OpenSSL ES256 engine). */
+  ffi: boolean;
+  /** Whether it connects to PostgreSQL with DATABASE_URL, which POSTGRES_CLIENT_VARIABLES complete. */
+  postgres: boolean;
+  /** Whether it may look up its OS user, npm:postgres's user name when DATABASE_URL has none. */
+  osUser: boolean;
+}
+
+/**
+ * The flags of `deno run main.ts ...args` for the configuration in `env`: reads and writes follow
+ * `DATA_DIR` and the files the configuration names, FFI follows `CRYPTO_ENGINE`. `args` are the
+ * CLI's arguments: the value of each `--*-file` option is a file the command reads.
+ * @throws {Error} when a path has a comma, which Deno's permission flags cannot express.
+ */
+export function servicePermissions(
+  env: Record<string, string | undefined>,
+  args: readonly string[] = [],
+): string[] {
+  let config: Config;
+  try {
+    config = readConfig(env);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    // The process stops at its first line, on the same error, before it touches any file.
+    return permissionFlags({ reads: [], writes: [], ffi: false, postgres: false, osUser: false });
+  }
+  const embedded = config.databaseUrl === null;
+  // With PostgreSQL and ENCRYPTION_KEY the service keeps nothing in DATA_DIR, and gets no access.
+  const data = embedded || config.encryptionKey === null ? [config.dataDir] : [];
+  return permissionFlags({
+    reads: [
+      fileURLToPath(MIGRATIONS_DIR),
+      ...data,
+      ...(embedded ? [embeddedEngineFiles()] : []),
+      ...config.storeaRootCerts,
+      ...fileOptions(args),
+    ],
+    writes: data,
+    ffi: config.cryptoEngine !== "webcrypto",
+    postgres: !embedded,
+    osUser: !embedded && new URL(config.databaseUrl!).username === "",
+  });
+}
+
+/**
+ * The flags baked into the compiled executable, which cannot follow a configuration chosen when it
+ * runs: the paths of {@linkcode EXECUTABLE_PATHS}. Its own files (the migrations, npm packages)
+ * are inside it and readable without a flag.
+ */
+export function executablePermissions(): string[] {
+  return permissionFlags({
+    reads: [EXECUTABLE_PATHS.dataDir, EXECUTABLE_PATHS.configDir],
+    writes: [EXECUTABLE_PATHS.dataDir],
+    ffi: true,
+    postgres: true,
+    osUser: true,
+  });
+}
+
+function permissionFlags(scope: Scope): string[] {
+  const variables = [...configVariables(), ...(scope.postgres ? POSTGRES_CLIENT_VARIABLES : [])];
   return [
+    // Net stays whole: tenants' callback URLs may be any public host, and src/delivery checks
+    // each address before it connects, which a fixed list given at start could not do.
     "--allow-net",
-    "--allow-env",
-    "--allow-read",
-    `--allow-write=${dataDir}`,
-    "--allow-sys=hostname,osRelease",
-    // OpenSSL's libcrypto checks ES256 signatures (src/crypto/es256.ts, CRYPTO_ENGINE).
-    "--allow-ffi",
+    `--allow-env=${variables.join(",")}`,
+    // Any other variable reads as unset instead of failing: libraries look up optional ones
+    // (npm:postgres reads PGSSL, PGAPPNAME...). The runtime reads its own (DENO_*, OTEL_*,
+    // HTTPS_PROXY...) before any permission applies.
+    "--ignore-env",
+    ...pathFlag("--allow-read", scope.reads),
+    ...pathFlag("--allow-write", scope.writes),
+    // A refused access fails; on a terminal Deno would otherwise ask whether to allow it.
+    "--no-prompt",
+    // As libpq does, npm:postgres connects as the OS user when DATABASE_URL names none.
+    ...(scope.osUser ? ["--allow-sys=userInfo,uid,gid"] : []),
+    ...pathFlag("--allow-ffi", scope.ffi ? [...LIBCRYPTO_PATHS] : []),
   ];
+}
+
+/**
+ * The folder of PGlite's WebAssembly build and data files, which it reads with `node:fs` from
+ * Deno's npm cache. (The compiled executable holds them inside, readable without a flag.)
+ */
+function embeddedEngineFiles(): string {
+  return dirname(fileURLToPath(import.meta.resolve("@electric-sql/pglite")));
+}
+
+/** `--flag=a,b`, or nothing for no paths: a bare `--flag` would allow every path. */
+function pathFlag(flag: string, paths: string[]): string[] {
+  const unique = [...new Set(paths)];
+  if (unique.length === 0) return [];
+  for (const path of unique) {
+    if (path.includes(",")) {
+      throw new Error(`${path}: a path with a comma cannot be given to ${flag}; rename it`);
+    }
+  }
+  return [`${flag}=${unique.join(",")}`];
+}
+
+/** The values of `--*-file PATH` and `--*-file=PATH` options. */
+function fileOptions(args: readonly string[]): string[] {
+  const paths: string[] = [];
+  args.forEach((arg, i) => {
+    const inline = /^--[a-z-]+-file=(.+)$/.exec(arg);
+    if (inline) paths.push(inline[1]);
+    else if (/^--[a-z-]+-file$/.test(arg) && i + 1 < args.length) paths.push(args[i + 1]);
+  });
+  return paths;
 }

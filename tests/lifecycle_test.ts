@@ -314,7 +314,7 @@ Deno.test("boot: the ES256 engine is OpenSSL when FFI is allowed, WebCrypto or a
     assert.equal(withFfi.logs.find((l) => l.msg === "listening")?.cryptoEngine, "openssl");
     await withFfi.stop();
 
-    const withoutFfi = servicePermissions(db.dataDir).filter((flag) => flag !== "--allow-ffi");
+    const withoutFfi = servicePermissions(db.env).filter((flag) => !flag.startsWith("--allow-ffi"));
     const fallback = await startService({ db, permissions: withoutFfi });
     assert.equal(fallback.logs.find((l) => l.msg === "listening")?.cryptoEngine, "webcrypto");
     await fallback.stop();

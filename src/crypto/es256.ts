@@ -36,17 +36,36 @@ const ECDSA_P256 = { name: "ECDSA", namedCurve: "P-256" } as const;
 const ES256 = { name: "ECDSA", hash: "SHA-256" } as const;
 
 /**
- * Where OpenSSL 3's libcrypto is found: the soname on Linux (the dynamic loader searches), then
- * Homebrew's on macOS. macOS's own unversioned libcrypto is never opened: it aborts the process.
+ * Where OpenSSL 3's libcrypto is installed, as absolute paths: Deno's `--allow-ffi=<path>` grants
+ * a path, not a library name (a bare `libcrypto.so.3` is read as a file in the working directory),
+ * so the service opens the file itself and src/permissions.ts grants exactly these paths. Linux:
+ * Debian and Ubuntu (also the distroless image), then RHEL, Fedora and SUSE, then Alpine and Arch.
+ * macOS: Homebrew's `openssl@3`; macOS's own unversioned libcrypto aborts the process when opened.
  */
-const LIBCRYPTO_CANDIDATES = [
-  "libcrypto.so.3",
-  "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",
-  "/usr/local/opt/openssl@3/lib/libcrypto.3.dylib",
-];
+export const LIBCRYPTO_PATHS: readonly string[] = Deno.build.os === "darwin"
+  ? [
+    "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",
+    "/usr/local/opt/openssl@3/lib/libcrypto.3.dylib",
+  ]
+  : [
+    `/usr/lib/${Deno.build.arch}-linux-gnu/libcrypto.so.3`,
+    "/usr/lib64/libcrypto.so.3",
+    "/usr/lib/libcrypto.so.3",
+  ];
+
+/**
+ * What is tried, in order: the paths above, then on Linux the soname, which the dynamic loader
+ * looks up itself (`LD_LIBRARY_PATH`, other distributions); only an unscoped `--allow-ffi` lets
+ * the soname through.
+ */
+const LIBCRYPTO_CANDIDATES = Deno.build.os === "darwin"
+  ? LIBCRYPTO_PATHS
+  : [...LIBCRYPTO_PATHS, "libcrypto.so.3"];
 
 const LIBCRYPTO_SYMBOLS = {
-  d2i_PUBKEY: { parameters: ["pointer", "buffer", "i64"], result: "pointer" },
+  BIO_new_mem_buf: { parameters: ["buffer", "i32"], result: "pointer" },
+  BIO_free: { parameters: ["pointer"], result: "i32" },
+  d2i_PUBKEY_bio: { parameters: ["pointer", "pointer"], result: "pointer" },
   EVP_PKEY_free: { parameters: ["pointer"], result: "void" },
   EVP_PKEY_CTX_new: { parameters: ["pointer", "pointer"], result: "pointer" },
   EVP_PKEY_CTX_free: { parameters: ["pointer"], result: "void" },
@@ -85,19 +104,21 @@ export async function selectEs256Engine(choice: Es256EngineChoice): Promise<Es25
  */
 export async function openLibcrypto(): Promise<string | null> {
   if (libcrypto === null) {
-    libcrypto = { failure: "no libcrypto found" };
+    let refused = 0;
+    libcrypto = { failure: `no libcrypto found (looked for ${LIBCRYPTO_PATHS.join(", ")})` };
     for (const path of LIBCRYPTO_CANDIDATES) {
       try {
         const library = Deno.dlopen(path, LIBCRYPTO_SYMBOLS);
         libcrypto = { symbols: library.symbols };
         break;
       } catch (error) {
-        // Without --allow-ffi every path fails the same way: say so rather than "not found".
-        if (error instanceof Deno.errors.NotCapable) {
-          libcrypto = { failure: "FFI is not permitted (--allow-ffi)" };
-          break;
-        }
+        // A path outside a scoped --allow-ffi is refused: the next one may be granted.
+        if (error instanceof Deno.errors.NotCapable) refused++;
       }
+    }
+    // Without --allow-ffi every path is refused: say so rather than "not found".
+    if (refused === LIBCRYPTO_CANDIDATES.length) {
+      libcrypto = { failure: "FFI is not permitted (--allow-ffi)" };
     }
     if ("symbols" in libcrypto && !await passesSelfTest()) {
       libcrypto = { failure: "libcrypto failed the ES256 self-test" };
@@ -173,11 +194,12 @@ class OpenSslKey implements Es256VerifyingKey {
 
   static fromSpki(spki: Uint8Array): OpenSslKey {
     const symbols = libcryptoSymbols();
-    // d2i_PUBKEY reads through a pointer to the data pointer, and advances it.
-    const cursor = new BigUint64Array([
-      BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(spki as Uint8Array<ArrayBuffer>))),
-    ]);
-    const pkey = symbols.d2i_PUBKEY(null, cursor, BigInt(spki.length));
+    // A memory BIO over the key rather than d2i_PUBKEY's pointer to a pointer: taking a
+    // buffer's address (Deno.UnsafePointer.of) needs an unscoped --allow-ffi.
+    const bio = symbols.BIO_new_mem_buf(spki, spki.length);
+    if (bio === null) throw new Es256EngineError("libcrypto could not read the public key");
+    const pkey = symbols.d2i_PUBKEY_bio(bio, null);
+    symbols.BIO_free(bio);
     if (pkey === null) {
       symbols.ERR_clear_error();
       throw new Es256EngineError("libcrypto could not read the public key");

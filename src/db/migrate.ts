@@ -5,7 +5,8 @@
  */
 import type { Sql } from "./connect.ts";
 
-const MIGRATIONS_DIR = new URL("../../migrations/", import.meta.url);
+/** The migration files' folder: read at boot (src/permissions.ts grants it). */
+export const MIGRATIONS_DIR = new URL("../../migrations/", import.meta.url);
 /** An arbitrary, fixed advisory-lock key for migrations. */
 const MIGRATION_LOCK = 7_263_005_101;
 

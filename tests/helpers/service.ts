@@ -1,7 +1,7 @@
 /**
  * Test harness: fresh databases (PostgreSQL when `TEST_DATABASE_URL` is set, otherwise the
- * embedded engine) and real service processes started with `deno run main.ts`, with the same
- * explicit permissions an operator would give them.
+ * embedded engine) and real service processes started with `deno run main.ts`, with the
+ * permissions their configuration gives (src/permissions.ts), as `deno task start` does.
  */
 import postgres from "postgres";
 import { join } from "node:path";
@@ -103,9 +103,8 @@ export interface CliResult {
 
 /** Runs `main.ts <args>` with the test configuration plus `env`. */
 export async function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
-  const dataDir = env.DATA_DIR ?? "/nonexistent";
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...servicePermissions(dataDir), join(ROOT, "main.ts"), ...args],
+    args: ["run", ...servicePermissions(baseEnv(env), args), join(ROOT, "main.ts"), ...args],
     env: baseEnv(env),
     clearEnv: true,
     stdout: "piped",
@@ -170,7 +169,7 @@ export interface StartOptions {
   db?: TestDatabase;
   /** Wait for `listening` (default) or return at once (for boot-failure tests). */
   waitUntilListening?: boolean;
-  /** Deno permissions instead of the service's own (`servicePermissions`). */
+  /** Deno permissions instead of those its configuration gives (`servicePermissions`). */
   permissions?: string[];
 }
 
@@ -181,7 +180,7 @@ export async function startService(options: StartOptions = {}): Promise<RunningS
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
-      ...options.permissions ?? servicePermissions(db.dataDir),
+      ...options.permissions ?? servicePermissions(baseEnv(env)),
       join(ROOT, "main.ts"),
       "serve",
     ],

@@ -1,0 +1,53 @@
+/**
+ * `deno task start` and `deno task cli`: runs `main.ts` with the permissions its configuration
+ * gives (src/permissions.ts). A task line in deno.json is fixed text and cannot follow `DATA_DIR`,
+ * the files the configuration names or a CLI command's `--*-file` arguments; this script reads the
+ * environment, computes the flags and runs `deno run <flags> main.ts <args>`.
+ *
+ * It needs `--allow-env` (the configuration) and `--allow-run` for the running Deno executable,
+ * nothing else. It stays in front of the service: SIGINT, SIGTERM and SIGHUP sent to it reach the
+ * service once, and it exits with the service's exit code.
+ * @module
+ */
+import { fileURLToPath } from "node:url";
+import { servicePermissions } from "../src/permissions.ts";
+
+const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
+const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
+/** Signal numbers on Linux and macOS, for the shell's 128 + n exit code of a killed child. */
+const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGKILL: 9,
+  SIGTERM: 15,
+};
+
+async function launch(args: string[]): Promise<number> {
+  let permissions: string[];
+  try {
+    permissions = servicePermissions(Deno.env.toObject(), args);
+  } catch (error) {
+    console.error(error instanceof Error ? error.message : String(error));
+    return 2;
+  }
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", ...permissions, MAIN, ...args],
+    // Its own process group: a terminal's Ctrl-C reaches this script, which passes it on once,
+    // instead of reaching the service twice (a second signal during the drain ends it at once).
+    detached: true,
+  }).spawn();
+  for (const signal of FORWARDED) {
+    Deno.addSignalListener(signal, () => {
+      try {
+        child.kill(signal);
+      } catch {
+        // already exited
+      }
+    });
+  }
+  const status = await child.status;
+  if (status.signal === null) return status.code;
+  return 128 + (SIGNAL_NUMBERS[status.signal] ?? 0);
+}
+
+if (import.meta.main) Deno.exit(await launch(Deno.args));
