@@ -19,15 +19,12 @@ import {
   type RunningService,
   startService,
   stopAndDrop,
-  TEST_ENCRYPTION_KEY,
 } from "../helpers/service.ts";
-import { servicePermissions } from "../../src/permissions.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../../src/simulators/storea_pki.ts";
 import { startCallbackReceiver } from "../../src/simulators/callback_receiver.ts";
 import { TcpProxy } from "../../resilience/support.ts";
 
 const ADMIN_URL = Deno.env.get("TEST_DATABASE_URL");
-const ROOT = new URL("../../", import.meta.url).pathname;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -211,42 +208,6 @@ Deno.test("STOREA_ROOT_CERTS: a warning at a production boot, the variable named
   }
 });
 
-/** Runs `main.ts <args>` with `input` on its standard input, as an operator piping a secret. */
-async function cliWithInput(
-  args: string[],
-  env: Record<string, string>,
-  input: string,
-  whileWaiting: (pid: number) => Promise<void>,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", ...servicePermissions(env.DATA_DIR), join(ROOT, "main.ts"), ...args],
-    env: {
-      PATH: Deno.env.get("PATH") ?? "",
-      HOME: Deno.env.get("HOME") ?? "/tmp",
-      DENO_DIR: Deno.env.get("DENO_DIR") ?? join(Deno.env.get("HOME") ?? "/tmp", ".cache/deno"),
-      NO_COLOR: "1",
-      NODE_ENV: "test",
-      ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
-      ...env,
-    },
-    clearEnv: true,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  await whileWaiting(child.pid);
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(input));
-  await writer.close();
-  const output = await child.output();
-  const decoder = new TextDecoder();
-  return {
-    code: output.code,
-    stdout: decoder.decode(output.stdout),
-    stderr: decoder.decode(output.stderr),
-  };
-}
-
 Deno.test("CLI: a webhook secret from a file or standard input, never in the command line", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "pr-cli-secret-" });
   const db = await freshDatabase();
@@ -286,23 +247,25 @@ Deno.test("CLI: a webhook secret from a file or standard input, never in the com
 
     await t.step("tenant set-callback --webhook-secret-file - reads standard input", async () => {
       const piped = `whsec_${crypto.randomUUID()}${crypto.randomUUID()}`;
-      const result = await cliWithInput(
+      const result = await runCli(
         ["tenant", "set-callback", tenantId, "--url", receiver.url, "--webhook-secret-file", "-"],
         db.env,
-        `${piped}\n`,
-        async (pid) => {
-          // What another user of the machine sees of the running command, once it runs.
-          let cmdline = "";
-          for (let i = 0; i < 100 && !cmdline.includes("main.ts"); i++) {
-            await sleep(50);
-            cmdline = await Deno.readTextFile(`/proc/${pid}/cmdline`);
-          }
-          assert.ok(cmdline.includes("--webhook-secret-file"), cmdline);
-          assert.ok(!cmdline.includes(piped));
+        {
+          stdin: `${piped}\n`,
+          whileRunning: async (pid) => {
+            // What another user of the machine sees of the running command, once it runs.
+            let cmdline = "";
+            for (let i = 0; i < 100 && !cmdline.includes("main.ts"); i++) {
+              await sleep(50);
+              cmdline = await Deno.readTextFile(`/proc/${pid}/cmdline`);
+            }
+            assert.ok(cmdline.includes("--webhook-secret-file"), cmdline);
+            assert.ok(!cmdline.includes(piped));
+          },
         },
       );
       assert.equal(result.code, 0, result.stderr);
-      assert.equal(JSON.parse(result.stdout).webhookSecret, piped);
+      assert.equal(result.json.webhookSecret, piped);
       assert.equal(await signsWith(tenantId, piped), true);
       assert.equal(await signsWith(tenantId, fromFile), false, "the old secret is replaced");
     });

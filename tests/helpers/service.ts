@@ -101,15 +101,35 @@ export interface CliResult {
   json: any;
 }
 
+/** What a CLI command gets besides its arguments and configuration. */
+export interface CliInput {
+  /** Written to the command's standard input, which is then closed. */
+  stdin?: string;
+  /** Called with the command's pid once it runs, before `stdin` is written. */
+  whileRunning?: (pid: number) => Promise<void>;
+}
+
 /** Runs `main.ts <args>` with the test configuration plus `env`. */
-export async function runCli(args: string[], env: Record<string, string>): Promise<CliResult> {
-  const output = await new Deno.Command(Deno.execPath(), {
+export async function runCli(
+  args: string[],
+  env: Record<string, string>,
+  input: CliInput = {},
+): Promise<CliResult> {
+  const child = new Deno.Command(Deno.execPath(), {
     args: ["run", ...servicePermissions(baseEnv(env), args), join(ROOT, "main.ts"), ...args],
     env: baseEnv(env),
     clearEnv: true,
+    stdin: input.stdin === undefined ? "null" : "piped",
     stdout: "piped",
     stderr: "piped",
-  }).output();
+  }).spawn();
+  await input.whileRunning?.(child.pid);
+  if (input.stdin !== undefined) {
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(input.stdin));
+    await writer.close();
+  }
+  const output = await child.output();
   const stdout = new TextDecoder().decode(output.stdout);
   const stderr = new TextDecoder().decode(output.stderr);
   let json = null;
