@@ -302,12 +302,7 @@ Deno.test("x5c is decoded strictly, even under a valid signature", async () => {
   const x5c = pki.x5c.map((text) => text === padded ? respelled : text);
   await rejects(verifier, await signer.signRaw({}, { x5c }), /not canonical base64/);
 
-  // The JWS segments themselves are unpadded base64url, without whitespace.
-  const jws = await signer.signRaw(signer.sampleTransaction());
-  const [header, payload, signature] = jws.split(".");
-  await rejects(verifier, `${header} .${payload}.${signature}`, /header is not base64url/);
-  await rejects(verifier, `${header}.${payload}.${signature}=`, /signature is not base64url/);
-  assert.ok(await verifier.verify(jws));
+  assert.ok(await verifier.verify(await signer.signRaw(signer.sampleTransaction())));
 });
 
 Deno.test("oversized certificates and headers are refused before anything is parsed", async () => {

@@ -47,10 +47,6 @@ const CERTIFICATE_ROLES = ["leaf", "intermediate", "root"] as const;
 
 const encoder = new TextEncoder();
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
-/** Standard base64 with only its final padding: no whitespace, no other alphabet. */
-const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
-/** Unpadded base64url, as JWS segments are written (RFC 7515 2). */
-const BASE64URL = /^[A-Za-z0-9_-]*$/;
 
 /** A JWS that does not verify; `reason` says why, for logs (never the JWS itself). */
 export class JwsInvalidError extends Error {
@@ -307,12 +303,16 @@ function decodeSegment(segment: string, which: string): Record<string, unknown> 
   return value as Record<string, unknown>;
 }
 
-/** Decodes a JWS segment: unpadded base64url and nothing else (no whitespace, no padding). */
+/**
+ * Decodes a JWS segment; padding is optional. Tolerance costs nothing here: the signature covers
+ * the segments' exact text, and nothing is cached by them.
+ */
 function decodeBase64url(text: string, which: string): Uint8Array<ArrayBuffer> {
-  if (text.length % 4 === 1 || !BASE64URL.test(text)) {
+  try {
+    return Uint8Array.fromBase64(text, { alphabet: "base64url" });
+  } catch {
     throw new JwsInvalidError(`the ${which} is not base64url`);
   }
-  return Uint8Array.fromBase64(text, { alphabet: "base64url" });
 }
 
 /**
@@ -323,13 +323,15 @@ function decodeCertificate(text: string, which: string): Uint8Array<ArrayBuffer>
   const tooLarge = () =>
     new JwsInvalidError(`the ${which} certificate is larger than ${MAX_CERTIFICATE_BYTES} bytes`);
   if (text.length > MAX_CERTIFICATE_CHARS) throw tooLarge();
-  if (text.length % 4 !== 0 || !BASE64.test(text)) {
-    throw new JwsInvalidError(`the ${which} certificate is not canonical base64`);
-  }
   let der: Uint8Array<ArrayBuffer>;
   try {
+    // Strict: the final padding must be there and its spare bits zero.
     der = Uint8Array.fromBase64(text, { alphabet: "base64", lastChunkHandling: "strict" });
   } catch {
+    throw new JwsInvalidError(`the ${which} certificate is not canonical base64`);
+  }
+  // The decoder skips ASCII whitespace; the canonical spelling of `der` has none.
+  if (text.length !== Math.ceil(der.length / 3) * 4) {
     throw new JwsInvalidError(`the ${which} certificate is not canonical base64`);
   }
   if (der.length > MAX_CERTIFICATE_BYTES) throw tooLarge();
