@@ -19,17 +19,17 @@
 export type BatchLoader<T> = (keys: string[]) => Promise<Map<string, T>>;
 
 /**
- * A {@linkcode BatchLoader} that loads each key on its own, for lookups whose keys a request
- * cannot choose freely (the credentials of a tenant that was found).
+ * A {@linkcode BatchLoader} that loads each key on its own, all at once, for lookups whose keys a
+ * request cannot choose freely (the credentials of a tenant that was found).
  */
 export function loadEach<T>(load: (key: string) => Promise<T | null>): BatchLoader<T> {
   return async (keys) => {
-    const values = new Map<string, T>();
-    for (const key of keys) {
-      const value = await load(key);
-      if (value !== null) values.set(key, value);
-    }
-    return values;
+    const values = await Promise.all(keys.map(load));
+    const found = new Map<string, T>();
+    keys.forEach((key, i) => {
+      if (values[i] !== null) found.set(key, values[i]);
+    });
+    return found;
   };
 }
 
