@@ -11,8 +11,7 @@ import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
 import { SecretBox } from "./crypto/secrets.ts";
 import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "./db/settings.ts";
-import { loadCredentials, type TenantCredentials } from "./db/credentials.ts";
-import { tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
+import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
 import { loadMasterKey } from "./master_key.ts";
 import { Authenticator } from "./auth/authenticator.ts";
 import { RateLimiter } from "./auth/rate_limit.ts";
@@ -22,7 +21,7 @@ import { newId } from "./ids.ts";
 import { healthRoutes, type ReadinessChecks } from "./api/health.ts";
 import { storeaVerifyRoute } from "./api/storea_verify.ts";
 import { storebVerifyRoute } from "./api/storeb_verify.ts";
-import { TtlCache } from "./cache.ts";
+import { loadEach, LookupCache } from "./cache.ts";
 import { StorebVerifier } from "./storeb/verify.ts";
 import { readRootCertificates, StoreaJwsVerifier } from "./storea/jws.ts";
 import { selectEs256Engine } from "./crypto/es256.ts";
@@ -31,7 +30,7 @@ import { StoreaTokenSigner } from "./storea/api_token.ts";
 import { StoreaVerifier } from "./storea/verify.ts";
 import { SingleFlight } from "./single_flight.ts";
 import { ValidationAudit } from "./audit/validation_audit.ts";
-import { findTenant, type Tenant } from "./db/tenants.ts";
+import { findTenants } from "./db/tenants.ts";
 import { ingestNotification } from "./events/ingest.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -91,11 +90,16 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       onFlushError: (error) => log.warn("key_use_flush_failed", log.errorFields(error)),
     });
     authenticator.start();
-    const credentials = new TtlCache<TenantCredentials>(CREDENTIALS_TTL_MS);
-    // Receivers look tenants up on every notification; activation takes effect within the TTL.
-    const tenants = new TtlCache<Tenant | null>(CREDENTIALS_TTL_MS);
-    const credentialsOf = (tenantId: string) =>
-      credentials.get(tenantId, () => loadCredentials(db.sql, box, tenantId));
+    const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
+      ttlMs: CREDENTIALS_TTL_MS,
+    });
+    // Receivers look up the tenant named in the URL, which anyone can make up: a LookupCache
+    // (src/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
+    // Activation takes effect within the TTL.
+    const tenants = new LookupCache((ids) => findTenants(db.sql, ids), {
+      ttlMs: CREDENTIALS_TTL_MS,
+    });
+    const credentialsOf = async (tenantId: string) => (await credentials.get(tenantId))!;
     const verifyDeps = {
       version: config.version,
       authenticator,
@@ -110,7 +114,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     dispatcher = await startDispatcher(db, box, config, log, sweeps.signal);
     const receiverDeps = {
       log,
-      findTenant: (tenantId: string) => tenants.get(tenantId, () => findTenant(db.sql, tenantId)),
+      findTenant: (tenantId: string) => tenants.get(tenantId),
       credentialsOf,
       ingest: ingestNotification.bind(null, db.sql),
       onEnqueued: () => dispatcher?.kick(),

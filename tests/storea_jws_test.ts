@@ -6,7 +6,10 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import {
   APPLE_ROOT_CA_G3_SHA256,
+  CHAIN_CACHE_LIMIT,
   JwsInvalidError,
+  MAX_CERTIFICATE_BYTES,
+  MAX_HEADER_CHARS,
   readRootCertificates,
   StoreaJwsVerifier,
 } from "../src/storea/jws.ts";
@@ -273,4 +276,91 @@ Deno.test("a chain from an untrusted root is rejected even if it is well formed"
   );
   // The built-in pin refuses any root that is not Apple's, whatever x5c[2] claims.
   await rejects(new StoreaJwsVerifier(), jws, /Apple Root CA - G3/);
+});
+
+Deno.test("x5c is decoded strictly, even under a valid signature", async () => {
+  const { pki, signer, verifier } = await signedWith();
+  const [leaf, intermediate, root] = pki.x5c;
+  const variants: [string, string[]][] = [
+    ["a line break", [leaf.slice(0, 64) + "\n" + leaf.slice(64), intermediate, root]],
+    ["a trailing space", [leaf, intermediate + " ", root]],
+    ["padding removed", [leaf, intermediate, root.replace(/=+$/, "")]],
+    ["the URL alphabet", [leaf.replaceAll("+", "-").replaceAll("/", "_"), intermediate, root]],
+  ];
+  for (const [what, x5c] of variants) {
+    if (x5c.every((text, i) => text === pki.x5c[i])) continue; // nothing to change in this chain
+    const jws = await signer.signRaw(signer.sampleTransaction(), { x5c });
+    await rejects(verifier, jws, /not canonical base64/);
+    assert.equal(verifier.cachedChains, 0, what);
+  }
+  // Non-zero bits in the last character before the padding: another spelling of the same bytes.
+  const padded = [leaf, intermediate, root].find((text) => text.endsWith("="))!;
+  const stem = padded.replace(/=+$/, "");
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const last = alphabet.indexOf(stem.at(-1)!);
+  const respelled = stem.slice(0, -1) + alphabet[last + 1] + padded.slice(stem.length);
+  const x5c = pki.x5c.map((text) => text === padded ? respelled : text);
+  await rejects(verifier, await signer.signRaw({}, { x5c }), /not canonical base64/);
+
+  assert.ok(await verifier.verify(await signer.signRaw(signer.sampleTransaction())));
+});
+
+Deno.test("oversized certificates and headers are refused before anything is parsed", async () => {
+  const { pki, signer, verifier } = await signedWith();
+  const big = new Uint8Array(MAX_CERTIFICATE_BYTES + 1).toBase64();
+  await rejects(
+    verifier,
+    await signer.signRaw({}, { x5c: [big, pki.x5c[1], pki.x5c[2]] }),
+    new RegExp(`leaf certificate is larger than ${MAX_CERTIFICATE_BYTES} bytes`),
+  );
+  const longHeader = await signer.signRaw({}, { filler: "x".repeat(MAX_HEADER_CHARS) });
+  await rejects(verifier, longHeader, /header is longer than/);
+});
+
+Deno.test("the signature is checked before the chain, and only a signing leaf's chain is cached", async () => {
+  for (const engine of ENGINES) {
+    // A chain that would fail its checks, under a signature that fails: the signature is named.
+    const broken = await signedWith({ leafMarker: false }, {}, engine);
+    const [header, payload, signature] = broken.jws.split(".");
+    const flipped = signature.slice(0, 10) + (signature[10] === "A" ? "B" : "A") +
+      signature.slice(11);
+    await rejects(broken.verifier, `${header}.${payload}.${flipped}`, /signature does not verify/);
+    await rejects(broken.verifier, broken.jws, /lacks Apple's App Store signing marker/);
+    assert.equal(broken.verifier.cachedChains, 0);
+
+    // Apple's real chain under garbage signatures: refused, and nothing is cached.
+    const verifier = new StoreaJwsVerifier({ engine });
+    const real = await vector("real-sandbox/notification-01.jws");
+    const [realHeader, realPayload] = real.split(".");
+    for (let i = 0; i < 5; i++) {
+      const garbage = crypto.getRandomValues(new Uint8Array(64)).toBase64({
+        alphabet: "base64url",
+        omitPadding: true,
+      });
+      await rejects(verifier, `${realHeader}.${realPayload}.${garbage}`, /signature/);
+    }
+    assert.equal(verifier.cachedChains, 0);
+    await verifier.verify(real);
+    assert.equal(verifier.cachedChains, 1);
+  }
+});
+
+Deno.test("the chain cache keeps at most CHAIN_CACHE_LIMIT chains, the most recently used", async () => {
+  const first = await signedWith();
+  const verifier = first.verifier;
+  await verifier.verify(first.jws);
+  const roots = [first.pki.rootDer];
+  const signers = [];
+  for (let i = 0; i < CHAIN_CACHE_LIMIT + 4; i++) {
+    const pki = await createStoreaTestPki();
+    roots.push(pki.rootDer);
+    signers.push(new StoreaSigner(pki));
+  }
+  const all = new StoreaJwsVerifier({ rootCertificates: roots });
+  for (const signer of signers) {
+    await all.verify(await signer.signRaw(signer.sampleTransaction()));
+    // The first chain is used all along, so it is never the least recently used.
+    await all.verify(first.jws);
+  }
+  assert.equal(all.cachedChains, CHAIN_CACHE_LIMIT);
 });

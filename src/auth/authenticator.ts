@@ -2,13 +2,16 @@
  * Authenticates API keys on the request path without waiting on database writes.
  *
  * Cache: the owner of a key hash (or its absence) is kept for {@linkcode KEY_CACHE_TTL_MS}, so a
- * revocation or a deactivation is refused by every replica within a second; concurrent lookups of
- * one hash share a query. `lastUsedAt` is collected in memory and written in batches.
+ * revocation or a deactivation is refused by every replica within a second. Anyone can send a
+ * well-formed key, so the cache is a {@linkcode LookupCache}: owners in a bounded LRU that misses
+ * cannot evict, misses in a bounded negative cache, and hashes never seen looked up in shared
+ * batches, so a flood of random keys costs a bounded number of queries per second. Concurrent
+ * lookups of one hash share a query. `lastUsedAt` is collected in memory and written in batches.
  */
 import { ServiceError } from "../errors.ts";
-import { findKeyOwner, type KeyOwner, recordKeyUse } from "../db/api_keys.ts";
+import { findKeyOwners, type KeyOwner, recordKeyUse } from "../db/api_keys.ts";
 import type { Sql } from "../db/connect.ts";
-import { TtlCache } from "../cache.ts";
+import { LookupCache } from "../cache.ts";
 import { hashApiKey, parseBearerKey } from "./api_key.ts";
 
 /** Below one second, leaving room for the lookup itself (decisions.md 5: refused within 1 s). */
@@ -24,13 +27,16 @@ export interface AuthenticatorOptions {
 /** Resolves `Authorization` headers to the tenant and key they belong to. */
 export class Authenticator {
   #sql: Sql;
-  #owners = new TtlCache<KeyOwner | null>(KEY_CACHE_TTL_MS);
+  #owners: LookupCache<KeyOwner>;
   #uses = new Map<string, Date>();
   #timer: ReturnType<typeof setInterval> | undefined;
   #onFlushError: (error: unknown) => void;
 
   constructor(sql: Sql, options: AuthenticatorOptions = {}) {
     this.#sql = sql;
+    this.#owners = new LookupCache((hashes) => findKeyOwners(sql, hashes), {
+      ttlMs: KEY_CACHE_TTL_MS,
+    });
     this.#onFlushError = options.onFlushError ?? (() => {});
   }
 
@@ -57,7 +63,7 @@ export class Authenticator {
       );
     }
     const hash = hashApiKey(token);
-    const owner = await this.#owners.get(hash, () => findKeyOwner(this.#sql, hash));
+    const owner = await this.#owners.get(hash);
     if (owner === null) throw new ServiceError("UNAUTHENTICATED", "unknown or revoked API key");
     this.#uses.set(owner.keyId, new Date());
     return owner;

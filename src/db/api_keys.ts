@@ -72,13 +72,19 @@ export async function revokeApiKey(sql: Sql, id: string): Promise<ApiKeyRecord |
   return row ? toRecord(row) : null;
 }
 
-/** The owner of an unrevoked key of an active tenant, by the key's hash. */
-export async function findKeyOwner(sql: Sql, keyHash: string): Promise<KeyOwner | null> {
-  const [row] = await sql`
-    SELECT k.id, k.tenant_id
+/**
+ * The owners of unrevoked keys of active tenants, by the keys' hashes, in one query; a hash
+ * without an owner is missing from the result.
+ */
+export async function findKeyOwners(
+  sql: Sql,
+  keyHashes: string[],
+): Promise<Map<string, KeyOwner>> {
+  const rows = await sql`
+    SELECT k.id, k.tenant_id, k.key_hash
     FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-    WHERE k.key_hash = ${keyHash} AND k.revoked_at IS NULL AND t.active`;
-  return row ? { keyId: row.id, tenantId: row.tenant_id } : null;
+    WHERE k.key_hash = ANY(${keyHashes}::text[]) AND k.revoked_at IS NULL AND t.active`;
+  return new Map(rows.map((row) => [row.key_hash, { keyId: row.id, tenantId: row.tenant_id }]));
 }
 
 /** Records when keys were last used, in one statement for a whole batch. */

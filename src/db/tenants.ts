@@ -58,6 +58,12 @@ export async function findTenant(sql: Sql, id: string): Promise<Tenant | null> {
   return row ? toTenant(row) : null;
 }
 
+/** The tenants among `ids` that exist, by id, in one query. */
+export async function findTenants(sql: Sql, ids: string[]): Promise<Map<string, Tenant>> {
+  const rows = await sql`SELECT * FROM tenants WHERE id = ANY(${ids}::text[])`;
+  return new Map(rows.map((row) => [row.id, toTenant(row)]));
+}
+
 /** Activates or deactivates a tenant; null when it does not exist. */
 export async function setTenantActive(
   sql: Sql,

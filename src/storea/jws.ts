@@ -3,9 +3,14 @@
  * it arrives in a verify response (`signedTransactionInfo`) or a notification (`signedPayload`
  * and its nested `signedTransactionInfo` / `signedRenewalInfo`).
  *
- * A JWS carries its certificate chain in `x5c`: leaf, intermediate, root. The chain is checked
- * once and cached by the hash of its certificates; after that a JWS costs one ES256
- * verification and a time check against the chain's validity window.
+ * A JWS carries its certificate chain in `x5c`: leaf, intermediate, root. Anyone can post one to
+ * a receiver, so the work done before its signature verifies is small and bounded: the header
+ * and each certificate are size-capped and decoded strictly (canonical base64, no whitespace, so
+ * one certificate has one spelling), and the signature is checked with the leaf's key (one ES256
+ * verification) before the chain is. Only then is the chain checked, once, and cached under the
+ * SHA-256 of its decoded certificates, in a small LRU whose entries hold a key and two dates, not
+ * the certificates. After that a JWS on the same chain costs one ES256 verification and a time
+ * check against the chain's validity window. A JWS whose signature fails caches nothing.
  */
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
@@ -17,6 +22,15 @@ pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 export const APPLE_ROOT_CA_G3_SHA256 =
   "63343abfb89a6a03ebb57e9b3f5fa7be7c4f5c756f3017b3a8c488c3653e9179";
 
+/** Largest certificate accepted in `x5c`, in DER bytes; Apple's are under 1.5 KB. */
+export const MAX_CERTIFICATE_BYTES = 8 * 1024;
+/** The base64 length of a certificate of {@linkcode MAX_CERTIFICATE_BYTES}. */
+const MAX_CERTIFICATE_CHARS = Math.ceil(MAX_CERTIFICATE_BYTES / 3) * 4;
+/**
+ * Longest protected header accepted, in base64url characters: room for three certificates at
+ * the cap (base64 inside JSON inside base64url) and `alg`. Apple's are about 7,000.
+ */
+export const MAX_HEADER_CHARS = 48 * 1024;
 /** Apple's marker extension on the certificate that signs App Store data. */
 const LEAF_MARKER_OID = "1.2.840.113635.100.6.11.1";
 /** Apple's marker extension on the Worldwide Developer Relations intermediate. */
@@ -24,8 +38,12 @@ const INTERMEDIATE_MARKER_OID = "1.2.840.113635.100.6.2.1";
 const BASIC_CONSTRAINTS_OID = "2.5.29.19";
 /** Certificate validity is judged at `signedDate`, give or take this much clock skew. */
 const VALIDITY_TOLERANCE_MS = 60_000;
-/** How many verified chains are remembered; Apple rotates its leaf about once a year. */
-const CHAIN_CACHE_LIMIT = 256;
+/**
+ * How many verified chains are remembered; Apple rotates its leaf about once a year. Each entry
+ * is a digest, a key and two dates (well under 1 KB), so this bounds the cache's bytes too.
+ */
+export const CHAIN_CACHE_LIMIT = 32;
+const CERTIFICATE_ROLES = ["leaf", "intermediate", "root"] as const;
 
 const encoder = new TextEncoder();
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
@@ -65,12 +83,20 @@ export class StoreaJwsVerifier {
   #roots: pkijs.Certificate[];
   #now: () => number;
   #engine: Es256Engine;
-  #chains = new Map<string, Promise<VerifiedChain>>();
+  /** Verified chains by digest; insertion order is recency order (a hit moves to the end). */
+  #chains = new Map<string, VerifiedChain>();
+  /** Chain checks in flight, shared by concurrent JWS whose signatures already verified. */
+  #checking = new Map<string, Promise<VerifiedChain>>();
 
   constructor(options: StoreaJwsVerifierOptions = {}) {
     this.#roots = (options.rootCertificates ?? []).map((der) => parseCertificate(der, "root"));
     this.#now = options.now ?? Date.now;
     this.#engine = options.engine ?? "webcrypto";
+  }
+
+  /** How many verified chains are cached (for tests). */
+  get cachedChains(): number {
+    return this.#chains.size;
   }
 
   /**
@@ -82,15 +108,39 @@ export class StoreaJwsVerifier {
     if (parts.length !== 3 || parts.some((part) => part.length === 0)) {
       throw new JwsInvalidError("not a compact JWS");
     }
+    if (parts[0].length > MAX_HEADER_CHARS) {
+      throw new JwsInvalidError(`the header is longer than ${MAX_HEADER_CHARS} characters`);
+    }
     const header = decodeSegment(parts[0], "header");
     if (header.alg !== "ES256") throw new JwsInvalidError(`alg must be ES256, not ${header.alg}`);
     const x5c = header.x5c;
     if (!Array.isArray(x5c) || x5c.length !== 3 || !x5c.every((c) => typeof c === "string")) {
       throw new JwsInvalidError("x5c must hold exactly 3 certificates");
     }
-    const payload = decodeSegment(parts[1], "payload");
+    const ders = x5c.map((text: string, i) => decodeCertificate(text, CERTIFICATE_ROLES[i]));
+    const digest = chainDigest(ders);
 
-    const chain = await this.#chainOf(x5c as string[]);
+    // The signature first: a chain is checked, and cached, only for a leaf that just signed.
+    const cached = this.#chains.get(digest);
+    let leaf: pkijs.Certificate | undefined;
+    let leafKey: Es256VerifyingKey;
+    if (cached) {
+      this.#chains.delete(digest);
+      this.#chains.set(digest, cached);
+      leafKey = cached.leafKey;
+    } else {
+      leaf = parseCertificate(ders[0], "leaf");
+      leafKey = await this.#leafKeyOf(leaf);
+    }
+    // ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`.
+    const signature = decodeBase64url(parts[2], "signature");
+    const signingInput = encoder.encode(`${parts[0]}.${parts[1]}`);
+    if (!await leafKey.verify(signature, signingInput)) {
+      throw new JwsInvalidError("signature does not verify");
+    }
+    const chain = cached ?? await this.#checkedChain(digest, ders, leaf!, leafKey);
+
+    const payload = decodeSegment(parts[1], "payload");
     const signedAt = typeof payload.signedDate === "number" ? payload.signedDate : this.#now();
     if (
       signedAt < chain.notBefore - VALIDITY_TOLERANCE_MS ||
@@ -98,36 +148,47 @@ export class StoreaJwsVerifier {
     ) {
       throw new JwsInvalidError("a certificate of the chain was not valid at signedDate");
     }
-    // ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`.
-    const signature = decodeBase64(parts[2], "base64url");
-    const signingInput = encoder.encode(`${parts[0]}.${parts[1]}`);
-    const valid = await chain.leafKey.verify(signature, signingInput);
-    if (!valid) throw new JwsInvalidError("signature does not verify");
     return payload;
   }
 
-  /** The verified chain of `x5c`, from the cache or checked now. Failures are not cached. */
-  #chainOf(x5c: string[]): Promise<VerifiedChain> {
-    // The certificates themselves are the key: a few KB, compared only on a hash collision.
-    const key = x5c.join(".");
-    let chain = this.#chains.get(key);
-    if (!chain) {
-      chain = this.#verifyChain(x5c);
-      chain.catch(() => this.#chains.delete(key));
-      if (this.#chains.size >= CHAIN_CACHE_LIMIT) {
-        // Forget the oldest chain; Map iterates in insertion order.
-        this.#chains.delete(this.#chains.keys().next().value!);
-      }
-      this.#chains.set(key, chain);
+  async #leafKeyOf(leaf: pkijs.Certificate): Promise<Es256VerifyingKey> {
+    try {
+      const spki = new Uint8Array(leaf.subjectPublicKeyInfo.toSchema().toBER(false));
+      return await importEs256Key(spki, this.#engine);
+    } catch {
+      throw new JwsInvalidError("the leaf key is not usable for ES256");
     }
-    return chain;
   }
 
-  async #verifyChain(x5c: string[]): Promise<VerifiedChain> {
-    const ders = x5c.map((text) => decodeBase64(text, "base64"));
-    const [leaf, intermediate, presentedRoot] = ders.map((der, i) =>
-      parseCertificate(der, ["leaf", "intermediate", "root"][i])
-    );
+  /** The chain checked now (or by a concurrent caller) and cached; failures are not cached. */
+  #checkedChain(
+    digest: string,
+    ders: Uint8Array[],
+    leaf: pkijs.Certificate,
+    leafKey: Es256VerifyingKey,
+  ): Promise<VerifiedChain> {
+    let checking = this.#checking.get(digest);
+    if (!checking) {
+      checking = this.#checkChain(ders, leaf, leafKey).then((chain) => {
+        this.#chains.set(digest, chain);
+        // Forget the least recently used chain.
+        if (this.#chains.size > CHAIN_CACHE_LIMIT) {
+          this.#chains.delete(this.#chains.keys().next().value!);
+        }
+        return chain;
+      }).finally(() => this.#checking.delete(digest));
+      this.#checking.set(digest, checking);
+    }
+    return checking;
+  }
+
+  async #checkChain(
+    ders: Uint8Array[],
+    leaf: pkijs.Certificate,
+    leafKey: Es256VerifyingKey,
+  ): Promise<VerifiedChain> {
+    const intermediate = parseCertificate(ders[1], "intermediate");
+    const presentedRoot = parseCertificate(ders[2], "root");
 
     const anchors = this.#roots.length > 0 ? this.#roots : pinnedRoot(ders[2], presentedRoot);
     let anchor: pkijs.Certificate | undefined;
@@ -153,14 +214,6 @@ export class StoreaJwsVerifier {
     if (!hasExtension(intermediate, INTERMEDIATE_MARKER_OID)) {
       throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
     }
-
-    let leafKey: Es256VerifyingKey;
-    try {
-      const spki = new Uint8Array(leaf.subjectPublicKeyInfo.toSchema().toBER(false));
-      leafKey = await importEs256Key(spki, this.#engine);
-    } catch {
-      throw new JwsInvalidError("the leaf key is not usable for ES256");
-    }
     const chain = [leaf, intermediate, anchor];
     return {
       leafKey,
@@ -182,7 +235,7 @@ export async function readRootCertificates(paths: string[]): Promise<Uint8Array[
     if (text.includes("-----BEGIN CERTIFICATE-----")) {
       const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g);
       for (const block of blocks ?? []) {
-        roots.push(decodeBase64(block.replace(/-----[A-Z ]+-----|\s/g, ""), "base64"));
+        roots.push(decodePem(block, path));
       }
     } else {
       roots.push(bytes);
@@ -191,6 +244,15 @@ export async function readRootCertificates(paths: string[]): Promise<Uint8Array[
     parseCertificate(roots[roots.length - 1], `root in ${path}`);
   }
   return roots;
+}
+
+/** The DER inside one PEM block (an operator's file: line breaks are expected). */
+function decodePem(block: string, path: string): Uint8Array {
+  try {
+    return Uint8Array.fromBase64(block.replace(/-----[A-Z ]+-----/g, ""), { alphabet: "base64" });
+  } catch {
+    throw new JwsInvalidError(`the root in ${path} is not valid base64`);
+  }
 }
 
 /** The presented root, when it is Apple Root CA - G3 byte for byte. */
@@ -231,7 +293,7 @@ function parseCertificate(der: Uint8Array, which: string): pkijs.Certificate {
 function decodeSegment(segment: string, which: string): Record<string, unknown> {
   let value: unknown;
   try {
-    value = JSON.parse(strictUtf8.decode(decodeBase64(segment, "base64url")));
+    value = JSON.parse(strictUtf8.decode(decodeBase64url(segment, which)));
   } catch {
     throw new JwsInvalidError(`the ${which} is not base64url JSON`);
   }
@@ -241,11 +303,49 @@ function decodeSegment(segment: string, which: string): Record<string, unknown> 
   return value as Record<string, unknown>;
 }
 
-/** Decodes base64 (x5c) or base64url (JWS segments); padding is optional. */
-function decodeBase64(text: string, alphabet: "base64" | "base64url"): Uint8Array<ArrayBuffer> {
+/**
+ * Decodes a JWS segment; padding is optional. Tolerance costs nothing here: the signature covers
+ * the segments' exact text, and nothing is cached by them.
+ */
+function decodeBase64url(text: string, which: string): Uint8Array<ArrayBuffer> {
   try {
-    return Uint8Array.fromBase64(text, { alphabet });
+    return Uint8Array.fromBase64(text, { alphabet: "base64url" });
   } catch {
-    throw new JwsInvalidError(`invalid ${alphabet}`);
+    throw new JwsInvalidError(`the ${which} is not base64url`);
   }
+}
+
+/**
+ * Decodes one `x5c` certificate (RFC 7515 4.1.6: standard base64 of the DER): canonical base64
+ * only (whitespace, a missing pad or stray bits refused), at most MAX_CERTIFICATE_BYTES.
+ */
+function decodeCertificate(text: string, which: string): Uint8Array<ArrayBuffer> {
+  const tooLarge = () =>
+    new JwsInvalidError(`the ${which} certificate is larger than ${MAX_CERTIFICATE_BYTES} bytes`);
+  if (text.length > MAX_CERTIFICATE_CHARS) throw tooLarge();
+  let der: Uint8Array<ArrayBuffer>;
+  try {
+    // Strict: the final padding must be there and its spare bits zero.
+    der = Uint8Array.fromBase64(text, { alphabet: "base64", lastChunkHandling: "strict" });
+  } catch {
+    throw new JwsInvalidError(`the ${which} certificate is not canonical base64`);
+  }
+  // The decoder skips ASCII whitespace; the canonical spelling of `der` has none.
+  if (text.length !== Math.ceil(der.length / 3) * 4) {
+    throw new JwsInvalidError(`the ${which} certificate is not canonical base64`);
+  }
+  if (der.length > MAX_CERTIFICATE_BYTES) throw tooLarge();
+  return der;
+}
+
+/** SHA-256 over the certificates, each preceded by its length so that no two chains share one. */
+function chainDigest(ders: Uint8Array[]): string {
+  const hash = createHash("sha256");
+  const length = new DataView(new ArrayBuffer(4));
+  for (const der of ders) {
+    length.setUint32(0, der.length);
+    hash.update(new Uint8Array(length.buffer));
+    hash.update(der);
+  }
+  return hash.digest("hex");
 }
