@@ -27,6 +27,8 @@ import {
   releaseClaim,
 } from "./queue.ts";
 import { sendDelivery } from "./sender.ts";
+import type { CallbackPolicy } from "./callback_policy.ts";
+import { CallbackConnections } from "./callback_client.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
@@ -43,7 +45,7 @@ export interface DispatcherOptions {
   retryScheduleMs: number[];
   timeoutMs: number;
   concurrency: number;
-  allowInsecure: boolean;
+  callbackPolicy: CallbackPolicy;
 }
 
 /** Sends due deliveries, retries them on schedule, and records every attempt. */
@@ -51,6 +53,8 @@ export class Dispatcher {
   /** This process's name on the leases it holds. */
   readonly owner = newId("dispatcher");
   #options: DispatcherOptions;
+  /** Connections to callbacks kept open between attempts; closed by `stop()`. */
+  #connections = new CallbackConnections();
   #leaseMs: number;
   #inFlight = new Set<Promise<void>>();
   #pumping = false;
@@ -93,6 +97,7 @@ export class Dispatcher {
       await withDeadline(Promise.allSettled([...this.#inFlight]), deadline - Date.now())
         .catch(() => {});
     }
+    this.#connections.close();
   }
 
   async #pump(): Promise<void> {
@@ -163,7 +168,8 @@ export class Dispatcher {
     }, {
       version: this.#options.version,
       timeoutMs: this.#options.timeoutMs,
-      allowInsecure: this.#options.allowInsecure,
+      policy: this.#options.callbackPolicy,
+      connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
     const kept = await recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict });

@@ -1,0 +1,87 @@
+/**
+ * The send-time check of a callback (docs/operations.md, "Callback safety"): the URL as written,
+ * then the addresses its host name resolves to, each of which must be public unless private
+ * networks are allowed. The addresses that passed are the only ones the attempt may connect to:
+ * the HTTP client is handed them and never resolves the name again, so a DNS answer that changes
+ * between the check and the connection (DNS rebinding) cannot steer it elsewhere.
+ */
+import type { CallbackPolicy } from "./callback_policy.ts";
+import { callbackHost, callbackUrlProblem } from "./callback_url.ts";
+import { nonGlobalAddressReason, parseIpAddress } from "./special_addresses.ts";
+import { untilAborted } from "../abort.ts";
+
+/** A name lookup: the addresses of `host` (IPv4 first, by convention), or a rejection. */
+export type ResolveHost = (host: string, signal: AbortSignal) => Promise<string[]>;
+
+/** A callback that may be called now, and where. */
+export interface CheckedCallback {
+  url: URL;
+  /** The host name (or address) of the URL, without brackets: for TLS and the `Host` header. */
+  host: string;
+  /** The addresses that passed the check, in the resolver's order; connect to these only. */
+  addresses: string[];
+}
+
+/** How the target is checked. */
+export interface CheckOptions {
+  policy: CallbackPolicy;
+  /** Only for the message of a lookup cut short by `signal`. */
+  timeoutMs: number;
+  /** `Deno.resolveDns` (A, then AAAA) by default. */
+  resolve?: ResolveHost;
+}
+
+/**
+ * Checks the callback URL and resolves its host, within `signal`'s deadline (a resolver that
+ * ignores the signal is abandoned when it fires). Returns where to connect, or why not.
+ */
+export async function checkCallback(
+  text: string,
+  options: CheckOptions,
+  signal: AbortSignal,
+): Promise<CheckedCallback | { problem: string }> {
+  const problem = callbackUrlProblem(text, options.policy);
+  if (problem !== null) return { problem };
+  const url = new URL(text);
+  const host = callbackHost(url);
+  // A literal address needs no lookup; callbackUrlProblem has judged it.
+  if (parseIpAddress(host) !== null) return { url, host, addresses: [host] };
+
+  let answers: string[];
+  try {
+    answers = await untilAborted((options.resolve ?? resolveHost)(host, signal), signal);
+  } catch (error) {
+    if (signal.aborted) {
+      return { problem: `${host} did not resolve within ${options.timeoutMs} ms` };
+    }
+    return { problem: `${host} does not resolve (${describeLookupError(error)})` };
+  }
+  if (!options.policy.allowPrivateNetworks) {
+    // One refused address refuses the name: a name that mixes public and private answers is
+    // either misconfigured or an attempt to reach the private one.
+    for (const address of answers) {
+      const reason = nonGlobalAddressReason(address);
+      if (reason !== null) {
+        return { problem: `${host} resolves to an address that is not public: ${reason}` };
+      }
+    }
+  }
+  const addresses = answers.filter((address) => parseIpAddress(address) !== null);
+  if (addresses.length === 0) return { problem: `${host} does not resolve` };
+  return { url, host, addresses };
+}
+
+/** A and AAAA records through Deno's resolver (which reads the hosts file and resolv.conf). */
+async function resolveHost(host: string, signal: AbortSignal): Promise<string[]> {
+  const lookups = await Promise.allSettled([
+    Deno.resolveDns(host, "A", { signal }),
+    Deno.resolveDns(host, "AAAA", { signal }),
+  ]);
+  const addresses = lookups.flatMap((lookup) => lookup.status === "fulfilled" ? lookup.value : []);
+  if (addresses.length === 0 && lookups[0].status === "rejected") throw lookups[0].reason;
+  return addresses;
+}
+
+function describeLookupError(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}`.slice(0, 300) : String(error);
+}
