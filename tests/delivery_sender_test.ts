@@ -7,11 +7,14 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import { join } from "node:path";
 import { retryAfterMs, sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
 import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { createTlsTestCertificates } from "../src/simulators/tls_certificates.ts";
 
 const SECRET = "whsec_test_secret_of_at_least_32_characters";
+const SEND_CHILD = new URL("./helpers/send_delivery_child.ts", import.meta.url).pathname;
 const request = (callbackUrl: string) => ({
   callbackUrl,
   payload: JSON.stringify({ event: "test", eventId: "evt_X" }),
@@ -143,6 +146,65 @@ Deno.test("sender: the connection goes to the checked address, named by its host
   }
 });
 
+Deno.test("sender: over TLS the checked address is named by its host for SNI and the certificate", async () => {
+  const dir = await Deno.makeTempDir();
+  const certificates = await createTlsTestCertificates(["hooks.example.test"]);
+  const caPath = join(dir, "ca.pem");
+  await Deno.writeTextFile(caPath, certificates.caPem);
+  const received: (string | null)[] = [];
+  const server = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: certificates.certPem,
+    key: certificates.keyPem,
+    onListen: () => {},
+    onError: () => new Response(null, { status: 500 }),
+  }, (request) => {
+    received.push(request.headers.get("host"));
+    return new Response('{"ok":true}');
+  });
+  // The attempt runs in a process of its own that trusts the test CA (DENO_CERT).
+  const attempt = async (url: string) => {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-net",
+        "--allow-read",
+        SEND_CHILD,
+        JSON.stringify({ url, addresses: ["127.0.0.1"] }),
+      ],
+      env: {
+        PATH: Deno.env.get("PATH") ?? "",
+        HOME: Deno.env.get("HOME") ?? "/tmp",
+        DENO_DIR: Deno.env.get("DENO_DIR") ?? join(Deno.env.get("HOME") ?? "/tmp", ".cache/deno"),
+        NO_COLOR: "1",
+        DENO_CERT: caPath,
+      },
+      clearEnv: true,
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(output.stderr);
+    assert.equal(output.code, 0, stderr);
+    return JSON.parse(new TextDecoder().decode(output.stdout));
+  };
+  try {
+    const port = server.addr.port;
+    const delivered = await attempt(`https://hooks.example.test:${port}/hooks`);
+    assert.equal(delivered.error, null);
+    assert.equal(delivered.responseCode, 200);
+    assert.deepEqual(received, [`hooks.example.test:${port}`]);
+    // The same server reached through another name: its certificate does not name it.
+    const impostor = await attempt(`https://impostor.example.test:${port}/hooks`);
+    assert.equal(impostor.responseCode, null);
+    assert.match(impostor.error, /impostor\.example\.test/);
+    assert.equal(received.length, 1);
+  } finally {
+    await server.shutdown();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("sender: kept connections are reused only for the same checked addresses", async () => {
   const sockets: string[] = [];
   const server = http.createServer((req, res) => {
@@ -254,6 +316,14 @@ Deno.test("sender: one signed POST, and what came back", async (t) => {
       assert.equal(got.headers["x-service-event-id"], "evt_X");
       assert.equal(got.headers["content-type"], "application/json");
       assert.equal(got.body, request(receiver.url).payload);
+    });
+    await t.step("where nothing is checked, the HTTP client resolves the name", async () => {
+      receiver.deliveries.length = 0;
+      const url = receiver.url.replace("127.0.0.1", "localhost");
+      const result = await sendDelivery(request(url), open);
+      assert.equal(result.error, null);
+      assert.equal(result.responseCode, 200);
+      assert.equal(receiver.deliveries[0].headers.host, new URL(url).host);
     });
     await t.step("a 3xx is returned as is, never followed", async () => {
       receiver.deliveries.length = 0;

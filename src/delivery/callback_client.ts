@@ -43,8 +43,8 @@ export interface CallbackPost {
 /**
  * Connections kept open between attempts (a cache of idle sockets, each kept for 4 s). A socket
  * is reused only for the same host, port and set of checked addresses, so it always leads to an
- * address that passed the check for this attempt. Without one, each attempt has its own
- * connection, closed after it.
+ * address that passed the check for this attempt (where nothing is checked, for the same host and
+ * port). Without one, each attempt has its own connection, closed after it.
  */
 export class CallbackConnections {
   #http = new PinnedHttpAgent(agentOptions());
@@ -89,8 +89,8 @@ class PinnedHttpsAgent extends https.Agent {
 }
 
 /**
- * POSTs `post` to `target`, connecting only to `target.addresses`. Rejects on a network error or
- * when `post.signal` aborts before the status line arrived.
+ * POSTs `post` to `target`, connecting only to `target.addresses` when it has them. Rejects on a
+ * network error or when `post.signal` aborts before the status line arrived.
  */
 export async function postToCallback(
   target: CheckedCallback,
@@ -107,10 +107,12 @@ export async function postToCallback(
     method: "POST",
     headers: { ...post.headers, host: url.host, "content-length": String(body.length) },
     agent: connections?.agentFor(url.protocol) ?? false,
-    lookup: pinnedLookup(target.addresses),
-    pinnedAddresses: [...target.addresses].sort().join(","),
     signal: post.signal,
   };
+  if (target.addresses !== null) {
+    options.lookup = pinnedLookup(target.addresses);
+    options.pinnedAddresses = [...target.addresses].sort().join(",");
+  }
   const request = (secure ? https : http).request(options);
   const response = await untilAborted(
     new Promise<http.IncomingMessage>((resolve, reject) => {

@@ -1,7 +1,7 @@
 /**
  * The send-time check of a callback (docs/operations.md, "Callback safety"): the URL as written,
- * then the addresses its host name resolves to, each of which must be public unless private
- * networks are allowed. The addresses that passed are the only ones the attempt may connect to:
+ * then, unless private networks are allowed, the addresses its host name resolves to, each of
+ * which must be public. The addresses that passed are the only ones the attempt may connect to:
  * the HTTP client is handed them and never resolves the name again, so a DNS answer that changes
  * between the check and the connection (DNS rebinding) cannot steer it elsewhere.
  */
@@ -18,8 +18,12 @@ export interface CheckedCallback {
   url: URL;
   /** The host name (or address) of the URL, without brackets: for TLS and the `Host` header. */
   host: string;
-  /** The addresses that passed the check, in the resolver's order; connect to these only. */
-  addresses: string[];
+  /**
+   * The addresses that passed the check, in the resolver's order: connect to these only. Null
+   * when there was nothing to check (private networks allowed): the HTTP client resolves the
+   * name itself, as before the check existed, and keeps its connections by name.
+   */
+  addresses: string[] | null;
 }
 
 /** How the target is checked. */
@@ -27,7 +31,10 @@ export interface CheckOptions {
   policy: CallbackPolicy;
   /** Only for the message of a lookup cut short by `signal`. */
   timeoutMs: number;
-  /** `Deno.resolveDns` (A, then AAAA) by default. */
+  /**
+   * {@linkcode resolveHost} by default, used only where addresses are checked. When given, it is
+   * used (and its answer connected to) whatever the policy.
+   */
   resolve?: ResolveHost;
 }
 
@@ -46,6 +53,9 @@ export async function checkCallback(
   const host = callbackHost(url);
   // A literal address needs no lookup; callbackUrlProblem has judged it.
   if (parseIpAddress(host) !== null) return { url, host, addresses: [host] };
+  if (options.policy.allowPrivateNetworks && options.resolve === undefined) {
+    return { url, host, addresses: null };
+  }
 
   let answers: string[];
   try {
@@ -72,7 +82,7 @@ export async function checkCallback(
 }
 
 /** A and AAAA records through Deno's resolver (which reads the hosts file and resolv.conf). */
-async function resolveHost(host: string, signal: AbortSignal): Promise<string[]> {
+export async function resolveHost(host: string, signal: AbortSignal): Promise<string[]> {
   const lookups = await Promise.allSettled([
     Deno.resolveDns(host, "A", { signal }),
     Deno.resolveDns(host, "AAAA", { signal }),

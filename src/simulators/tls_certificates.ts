@@ -4,7 +4,7 @@
  */
 import * as asn1js from "asn1js";
 import * as pkijs from "pkijs";
-import { derToPem } from "../../src/simulators/pem.ts";
+import { derToPem } from "./pem.ts";
 
 /** PEM texts: the CA to trust (`DENO_CERT`), and the server's certificate and key. */
 export interface TlsTestCertificates {
