@@ -84,6 +84,11 @@ Deno.test("sender: the target is checked at send time, its resolved addresses in
       await refused("https://localhost/x", never, /localhost/);
     },
   );
+  await t.step("a port of another protocol is refused, as fetch refused it", async () => {
+    for (const port of [25, 6667, 10080]) {
+      await refused(`http://127.0.0.1:${port}/x`, open, /port \d+ belongs to another protocol/);
+    }
+  });
   await t.step("a name that does not resolve is refused", async () => {
     await refused("https://nowhere.example/x", strict([]), /does not resolve/);
     await refused("https://nowhere.example/x", {
@@ -109,7 +114,7 @@ Deno.test("sender: the target is checked at send time, its resolved addresses in
   });
   await t.step("a tenant without a secret is not sent to", async () => {
     const result = await sendDelivery(
-      { ...request("http://127.0.0.1:9/x"), secrets: [] },
+      { ...request("http://127.0.0.1:8/x"), secrets: [] },
       open,
     );
     assert.match(result.error ?? "", /no webhook secret/);
@@ -291,14 +296,20 @@ Deno.test("sender: a kept connection the callback dropped does not fail the atte
 });
 
 Deno.test("sender: a network error is stored without the URL's query or credentials", async () => {
-  // Port 9 on loopback refuses the connection.
-  const result = await sendDelivery(
-    request("http://127.0.0.1:9/hooks?token=s3cret-token"),
-    open,
-  );
-  assert.equal(result.responseCode, null);
-  assert.ok(result.error !== null && result.error.length > 0);
-  assert.ok(!result.error.includes("s3cret-token"), result.error);
+  const closed = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (closed.addr as Deno.NetAddr).port;
+  closed.close();
+  for (
+    const url of [
+      `http://127.0.0.1:${port}/hooks?token=s3cret-token`, // refused
+      "http://callback.invalid/hooks?token=s3cret-token", // does not resolve
+    ]
+  ) {
+    const result = await sendDelivery(request(url), open);
+    assert.equal(result.responseCode, null);
+    assert.ok(result.error !== null && result.error.length > 0, url);
+    assert.ok(!result.error.includes("s3cret-token"), result.error);
+  }
 });
 
 Deno.test("sender: one signed POST, and what came back", async (t) => {

@@ -10,6 +10,19 @@ import { callbackHost, callbackUrlProblem } from "./callback_url.ts";
 import { nonGlobalAddressReason, parseIpAddress } from "./special_addresses.ts";
 import { untilAborted } from "../abort.ts";
 
+/**
+ * Ports of other protocols (SMTP, IRC, ...), where a POST could be read as commands: refused as
+ * `fetch` refuses them (the Fetch standard's "bad ports"), since callbacks no longer go through it.
+ */
+const BAD_PORTS = new Set(
+  (
+    "0 1 7 9 11 13 15 17 19 20 21 22 23 25 37 42 43 53 69 77 79 87 95 101 102 103 104 109 110 " +
+    "111 113 115 117 119 123 135 137 139 143 161 179 389 427 465 512 513 514 515 526 530 531 " +
+    "532 540 548 554 556 563 587 601 636 989 990 993 995 1719 1720 1723 2049 3659 4045 4190 " +
+    "5060 5061 6000 6566 6665 6666 6667 6668 6669 6679 6697 10080"
+  ).split(" ").map(Number),
+);
+
 /** A name lookup: the addresses of `host` (IPv4 first, by convention), or a rejection. */
 export type ResolveHost = (host: string, signal: AbortSignal) => Promise<string[]>;
 
@@ -50,6 +63,9 @@ export async function checkCallback(
   const problem = callbackUrlProblem(text, options.policy);
   if (problem !== null) return { problem };
   const url = new URL(text);
+  if (url.port !== "" && BAD_PORTS.has(Number(url.port))) {
+    return { problem: `port ${url.port} belongs to another protocol` };
+  }
   const host = callbackHost(url);
   // A literal address needs no lookup; callbackUrlProblem has judged it.
   if (parseIpAddress(host) !== null) return { url, host, addresses: [host] };

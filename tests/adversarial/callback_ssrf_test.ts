@@ -308,13 +308,23 @@ Deno.test("ssrf: callback query strings reach neither the logs nor the attempts"
   // Outside production, both allowances on: a plain http callback on loopback is allowed.
   const relay = await startRelay({}, {});
   try {
-    // Port 1 on loopback refuses: the HTTP client's error is what gets stored and logged.
-    const url = "http://127.0.0.1:1/hooks?token=tenant-secret";
-    const set = await relay.permissiveCli("tenant", "set-callback", relay.tenantId, "--url", url);
-    assert.equal(set.code, 0, set.stderr);
-    const [first] = await attemptsOf(relay, await relay.notify(), 1);
-    assert.equal(first.response_code, null);
-    assert.ok((first.error ?? "").length > 0);
+    // Callbacks that fail, so that the HTTP client's error is what gets stored and logged: a
+    // closed port, and a name that cannot resolve (.invalid, RFC 6761).
+    const closed = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (closed.addr as Deno.NetAddr).port;
+    closed.close();
+    for (
+      const url of [
+        `http://127.0.0.1:${port}/hooks?token=tenant-secret`,
+        "http://callback.invalid/hooks?token=tenant-secret",
+      ]
+    ) {
+      const set = await relay.permissiveCli("tenant", "set-callback", relay.tenantId, "--url", url);
+      assert.equal(set.code, 0, set.stderr);
+      const [first] = await attemptsOf(relay, await relay.notify(), 1);
+      assert.equal(first.response_code, null);
+      assert.ok((first.error ?? "").length > 0);
+    }
     const sql = databaseOf(relay.service);
     try {
       const stored = await sql`
