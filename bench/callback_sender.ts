@@ -14,9 +14,9 @@
  *
  * Processes and cores: the sink (this module run as `callback_sender.ts sink`) on core 1, the
  * senders (`callback_sender.ts measure`) on core 0, pinned with `taskset`. Every round runs both
- * senders on every callback, the first of the two alternating between rounds so that noise from
- * other processes falls on both; the ratio new/old is taken per round, and the median of the
- * rounds is reported. Every attempt must be answered 200, or the run fails.
+ * senders on a callback in ten alternating slices (which goes first alternates too), so that
+ * noise from other processes falls on both; the ratio now/before is taken per round, and the
+ * median of the rounds is reported. Every attempt must be answered 200, or the run fails.
  *
  * Run it from the repository root:
  *
@@ -35,6 +35,8 @@ import { formatTable, spawnPinned, stop, writeProgress } from "./support.ts";
 
 const SECRET = "whsec_bench_secret_of_at_least_32_characters";
 const CONCURRENCY = 32;
+/** Slices of a round, alternating the two senders. */
+const SLICES = 10;
 
 /** What one sender did on one callback in one round. */
 interface Measure {
@@ -109,6 +111,7 @@ async function measure(settings: { rounds: number; attempts: number }, ports: {
     { name: "http, name, checked", url: http, before: fetchWithLookup, now: sender(checked) },
     { name: "https, name, checked", url: https, before: fetchWithLookup, now: sender(checked) },
   ];
+  const perSlice = Math.ceil(settings.attempts / SLICES);
   const results: ScenarioResult[] = [];
   try {
     for (const scenario of scenarios) {
@@ -117,18 +120,33 @@ async function measure(settings: { rounds: number; attempts: number }, ports: {
       }
       const rounds: ScenarioResult["rounds"] = [];
       for (let round = 0; round < settings.rounds; round++) {
-        const order = round % 2 === 0 ? ["before", "now"] as const : ["now", "before"] as const;
-        const figures: Partial<Record<"before" | "now", Measure>> = {};
-        for (const which of order) {
-          const send = scenario[which];
-          const latencies = await run(send, scenario.url, Math.min(500, settings.attempts), 1);
-          const started = performance.now();
-          await run(send, scenario.url, settings.attempts, CONCURRENCY);
-          figures[which] = {
-            sequentialMedianMs: median(latencies),
-            concurrentPerSecond: settings.attempts / ((performance.now() - started) / 1000),
-          };
+        // Within a round the two alternate in slices, so that a burst of other work on the
+        // machine falls on both.
+        const latencies = { before: [] as number[], now: [] as number[] };
+        const seconds = { before: 0, now: 0 };
+        for (let slice = 0; slice < SLICES; slice++) {
+          const order = (round + slice) % 2 === 0
+            ? ["before", "now"] as const
+            : ["now", "before"] as const;
+          for (const which of order) {
+            const send = scenario[which];
+            const alone = Math.ceil(Math.min(500, settings.attempts) / SLICES);
+            latencies[which].push(...await run(send, scenario.url, alone, 1));
+            const started = performance.now();
+            await run(send, scenario.url, perSlice, CONCURRENCY);
+            seconds[which] += (performance.now() - started) / 1000;
+          }
         }
+        const figures = {
+          before: {
+            sequentialMedianMs: median(latencies.before),
+            concurrentPerSecond: (perSlice * SLICES) / seconds.before,
+          },
+          now: {
+            sequentialMedianMs: median(latencies.now),
+            concurrentPerSecond: (perSlice * SLICES) / seconds.now,
+          },
+        };
         rounds.push({ before: figures.before!, now: figures.now! });
         writeProgress(
           `${scenario.name} round ${round + 1}: before ${

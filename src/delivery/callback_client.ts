@@ -15,10 +15,17 @@ import type { CheckedCallback } from "./callback_target.ts";
 import { parseIpAddress } from "./special_addresses.ts";
 import { untilAborted } from "../abort.ts";
 
-/** How long a connection to a callback is kept open, idle, for the next attempt. */
-const IDLE_CONNECTION_MS = 4_000;
-/** Idle connections kept per host, port and set of checked addresses. */
-const IDLE_CONNECTIONS_PER_TARGET = 16;
+/**
+ * How long a connection to a callback is kept open, idle, for the next attempt. A callback that
+ * closes it sooner costs nothing: the runtime sends again on a new connection a request whose
+ * kept connection turns out closed.
+ */
+const IDLE_CONNECTION_MS = 30_000;
+/**
+ * Idle connections kept per host, port and set of checked addresses: more than the dispatcher's
+ * default concurrency (32), so that a burst's connections all serve the next one.
+ */
+const IDLE_CONNECTIONS_PER_TARGET = 256;
 
 /** Statuses whose answer has no body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = [101, 103, 204, 205, 304];
@@ -41,7 +48,7 @@ export interface CallbackPost {
 }
 
 /**
- * Connections kept open between attempts (a cache of idle sockets, each kept for 4 s). A socket
+ * Connections kept open between attempts (a cache of idle sockets, each kept for 30 s). A socket
  * is reused only for the same host, port and set of checked addresses, so it always leads to an
  * address that passed the check for this attempt (where nothing is checked, for the same host and
  * port). Without one, each attempt has its own connection, closed after it.
