@@ -32,9 +32,9 @@ export interface SenderOptions {
   /** `CALLBACK_ALLOW_HTTP` and `CALLBACK_ALLOW_PRIVATE_NETWORKS`. */
   policy: CallbackPolicy;
   /**
-   * Resolves a host name to addresses; `Deno.resolveDns` by default (tests may replace it). It
-   * shares the attempt's `timeoutMs`: a resolver that never answers ends the attempt, not the
-   * dispatcher's slot.
+   * Resolves a host name whose addresses are checked; `Deno.resolveDns` by default. Tests may
+   * replace it, and a given one is used whatever the policy. It shares the attempt's `timeoutMs`:
+   * a resolver that never answers ends the attempt, not the dispatcher's slot.
    */
   resolve?: ResolveHost;
   /** Connections kept between attempts; without it, each attempt opens and closes its own. */
