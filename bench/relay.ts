@@ -23,8 +23,8 @@
  *
  * The service runs as `deno task start` would run it (same permissions, `main.ts serve`) on a
  * temporary PostgreSQL database that is dropped afterwards, with `NODE_ENV=production`, a random
- * `ENCRYPTION_KEY`, `CALLBACK_ALLOW_INSECURE=true` (the sink is plain http on loopback) and
- * `LOG_LEVEL=info`, its stdout (one `http_request` line per request, one `delivery_attempt` line
+ * `ENCRYPTION_KEY`, `CALLBACK_ALLOW_HTTP=true` and `CALLBACK_ALLOW_PRIVATE_NETWORKS=true` (the sink
+ * is plain http on loopback) and `LOG_LEVEL=info`, its stdout (one `http_request` line per request, one `delivery_attempt` line
  * per delivery) written to a file in the temporary directory. One tenant, with store A credentials
  * and a callback URL pointing at the sink, made through the CLI.
  *
@@ -292,7 +292,8 @@ export async function runRelayBenchmark(
     sink = await startSink(tmp, settings, secret);
     const serviceEnv = await productionServiceEnv(tmp, {
       DATABASE_URL: database.url,
-      CALLBACK_ALLOW_INSECURE: "true",
+      CALLBACK_ALLOW_HTTP: "true",
+      CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
       STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, `${tmp}/storea-root.pem`),
     });
     const tenantId = await createTenant(serviceEnv, {

@@ -61,7 +61,7 @@ const TOTAL_STEPS = 12;
 
 /** Service variables the demo sets itself: the caller's own values must not leak in. */
 const SERVICE_VARIABLES =
-  /^(PORT|HOST|NODE_ENV|LOG_LEVEL|SERVICE_VERSION|DATABASE_\w+|DATA_DIR|ENCRYPTION_KEY|RATE_LIMIT_\w+|VALIDATION_AUDIT_\w+|STOREA_\w+|STOREB_\w+|UPSTREAM_TIMEOUT|DELIVERY_\w+|CALLBACK_ALLOW_INSECURE|SHUTDOWN_TIMEOUT)$/;
+  /^(PORT|HOST|NODE_ENV|LOG_LEVEL|SERVICE_VERSION|DATABASE_\w+|DATA_DIR|ENCRYPTION_KEY|RATE_LIMIT_\w+|VALIDATION_AUDIT_\w+|STOREA_\w+|STOREB_\w+|UPSTREAM_TIMEOUT|DELIVERY_\w+|CALLBACK_ALLOW_\w+|SHUTDOWN_TIMEOUT)$/;
 
 const USAGE = `usage: deno task demo [--keep]
 
@@ -547,13 +547,15 @@ async function startService(demo: Demo): Promise<void> {
     "the configuration names) and a fresh embedded database in the temporary directory. The",
     "STOREA_* and STOREB_* variables point it at the simulators instead of Apple and Google,",
     "and STOREA_ROOT_CERTS makes it trust the test root instead of Apple's. PORT=0 picks a",
-    "free port; CALLBACK_ALLOW_INSECURE=true allows the http://127.0.0.1 callback receiver.",
+    "free port; CALLBACK_ALLOW_HTTP and CALLBACK_ALLOW_PRIVATE_NETWORKS allow the",
+    "http://127.0.0.1 callback receiver.",
   );
   const own: [string, string][] = [
     ["DATA_DIR", demo.dataDir],
     ["PORT", "0"],
     ["HOST", "127.0.0.1"],
-    ["CALLBACK_ALLOW_INSECURE", "true"],
+    ["CALLBACK_ALLOW_HTTP", "true"],
+    ["CALLBACK_ALLOW_PRIVATE_NETWORKS", "true"],
     ["STOREA_API_URL_PRODUCTION", demo.storeaApi.productionUrl],
     ["STOREA_API_URL_SANDBOX", demo.storeaApi.sandboxUrl],
     ["STOREA_ROOT_CERTS", demo.rootPemPath],

@@ -47,7 +47,12 @@ export interface Config {
   deliveryConcurrency: number;
   /** Delivery attempts in flight to one tenant, across every process. */
   deliveryTenantConcurrency: number;
-  callbackAllowInsecure: boolean;
+  /** `CALLBACK_ALLOW_HTTP`: plain http callback URLs are allowed. */
+  callbackAllowHttp: boolean;
+  /** `CALLBACK_ALLOW_PRIVATE_NETWORKS`: callbacks at localhost and non-public addresses too. */
+  callbackAllowPrivateNetworks: boolean;
+  /** Deprecated variables that are set (the boot warns about them). */
+  deprecatedVariables: string[];
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
 }
@@ -83,6 +88,13 @@ export function readConfig(env: Env): Config {
     throw new ConfigError("ENCRYPTION_KEY", "is required when NODE_ENV is production");
   }
   const retentionText = value("VALIDATION_AUDIT_RETENTION_DAYS");
+  // The deprecated CALLBACK_ALLOW_INSECURE sets both callback allowances unless they are set.
+  const insecureText = value("CALLBACK_ALLOW_INSECURE");
+  const insecure = insecureText === undefined
+    ? !production
+    : boolean("CALLBACK_ALLOW_INSECURE", insecureText);
+  const allowHttpText = value("CALLBACK_ALLOW_HTTP");
+  const allowPrivateText = value("CALLBACK_ALLOW_PRIVATE_NETWORKS");
 
   return {
     port: integer("PORT", value("PORT") ?? "8080", 0, 65535),
@@ -161,10 +173,13 @@ export function readConfig(env: Env): Config {
       1,
       10000,
     ),
-    callbackAllowInsecure: boolean(
-      "CALLBACK_ALLOW_INSECURE",
-      value("CALLBACK_ALLOW_INSECURE") ?? (production ? "false" : "true"),
-    ),
+    callbackAllowHttp: allowHttpText === undefined
+      ? insecure
+      : boolean("CALLBACK_ALLOW_HTTP", allowHttpText),
+    callbackAllowPrivateNetworks: allowPrivateText === undefined
+      ? insecure
+      : boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS", allowPrivateText),
+    deprecatedVariables: insecureText === undefined ? [] : ["CALLBACK_ALLOW_INSECURE"],
     shutdownTimeoutMs: duration("SHUTDOWN_TIMEOUT", value("SHUTDOWN_TIMEOUT") ?? "10s"),
   };
 }

@@ -33,6 +33,7 @@ import { ValidationAudit } from "./audit/validation_audit.ts";
 import { findTenants } from "./db/tenants.ts";
 import { ingestNotification } from "./events/ingest.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
+import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
 import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
 import { storeaWebhookRoute } from "./api/storea_webhook.ts";
 import { storebWebhookRoute } from "./api/storeb_webhook.ts";
@@ -289,6 +290,7 @@ async function startDispatcher(
   log: Logger,
   signal: AbortSignal,
 ): Promise<Dispatcher> {
+  logCallbackPolicy(config, log);
   const dispatcher = new Dispatcher({
     sql: db.sql,
     box,
@@ -298,7 +300,7 @@ async function startDispatcher(
     timeoutMs: config.deliveryTimeoutMs,
     concurrency: config.deliveryConcurrency,
     tenantConcurrency: config.deliveryTenantConcurrency,
-    allowInsecure: config.callbackAllowInsecure,
+    callbackPolicy: callbackPolicyOf(config),
   });
   await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());
   dispatcher.kick();

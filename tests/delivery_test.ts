@@ -49,7 +49,11 @@ async function startRelay(env: Record<string, string> = {}): Promise<Relay> {
   });
   // Set up as an operator whose CLI allows the local callback, whatever the service's own rule.
   const setup = async (...args: string[]) => {
-    const result = await runCli(args, { ...service.env, CALLBACK_ALLOW_INSECURE: "true" });
+    const result = await runCli(args, {
+      ...service.env,
+      CALLBACK_ALLOW_HTTP: "true",
+      CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
+    });
     assert.equal(result.code, 0, result.stderr);
     return result.json;
   };
@@ -330,7 +334,7 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
 });
 
 Deno.test("delivery: the callback is re-checked at send time", async () => {
-  const relay = await startRelay({ CALLBACK_ALLOW_INSECURE: "false" });
+  const relay = await startRelay({ CALLBACK_ALLOW_HTTP: "false" });
   const sql = databaseOf(relay.service);
   try {
     // The callback was accepted when it was set (the CLI ran with the default, insecure allowed

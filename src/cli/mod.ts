@@ -30,6 +30,7 @@ import {
 import { mintApiKey } from "../auth/api_key.ts";
 import { newId } from "../ids.ts";
 import { callbackUrlProblem } from "../delivery/callback_url.ts";
+import { callbackPolicyOf } from "../delivery/callback_policy.ts";
 import { parseDuration } from "../config.ts";
 import {
   type DeliveryStatus,
@@ -308,7 +309,7 @@ const COMMANDS: Record<string, Command> = {
     }, {
       version: context.config.version,
       timeoutMs: context.config.deliveryTimeoutMs,
-      allowInsecure: context.config.callbackAllowInsecure,
+      policy: callbackPolicyOf(context.config),
     });
     const delivered = result.responseCode !== null && result.responseCode >= 200 &&
       result.responseCode < 300;
@@ -535,7 +536,7 @@ function onePositional(parsed: Parsed, name: string): string {
 
 function optionalCallback(url: string | undefined, config: Config): string | null {
   if (url === undefined) return null;
-  const problem = callbackUrlProblem(url, config.callbackAllowInsecure);
+  const problem = callbackUrlProblem(url, callbackPolicyOf(config));
   if (problem !== null) throw new CommandError("INVALID_CALLBACK_URL", `callback URL ${problem}`);
   return url;
 }

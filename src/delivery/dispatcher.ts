@@ -33,6 +33,8 @@ import {
   releaseClaim,
 } from "./queue.ts";
 import { sendDelivery } from "./sender.ts";
+import type { CallbackPolicy } from "./callback_policy.ts";
+import { CallbackConnections } from "./callback_client.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
@@ -51,7 +53,7 @@ export interface DispatcherOptions {
   concurrency: number;
   /** The most attempts in flight to one tenant, across every process sharing the database. */
   tenantConcurrency: number;
-  allowInsecure: boolean;
+  callbackPolicy: CallbackPolicy;
 }
 
 /** Sends due deliveries, retries them on schedule, and records every attempt. */
@@ -59,6 +61,8 @@ export class Dispatcher {
   /** This process's name on the leases it holds. */
   readonly owner = newId("dispatcher");
   #options: DispatcherOptions;
+  /** Connections to callbacks kept open between attempts; closed by `stop()`. */
+  #connections = new CallbackConnections();
   #leaseMs: number;
   #inFlight = new Set<Promise<void>>();
   #pumping = false;
@@ -101,6 +105,7 @@ export class Dispatcher {
       await withDeadline(Promise.allSettled([...this.#inFlight]), deadline - Date.now())
         .catch(() => {});
     }
+    this.#connections.close();
   }
 
   async #pump(): Promise<void> {
@@ -172,7 +177,8 @@ export class Dispatcher {
     }, {
       version: this.#options.version,
       timeoutMs: this.#options.timeoutMs,
-      allowInsecure: this.#options.allowInsecure,
+      policy: this.#options.callbackPolicy,
+      connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
     const recorded = await recordAttempt(sql, delivery.id, {

@@ -1,14 +1,15 @@
 /**
- * One delivery attempt: re-check the callback target, sign the body afresh, POST it, and report
- * what happened. Never throws: every outcome, network errors included, is an `AttemptResult` the
- * caller records (decisions.md 9).
+ * One delivery attempt: check the callback target, sign the body afresh, POST it to an address
+ * that passed the check, and report what happened. Never throws: every outcome, network errors
+ * included, is an `AttemptResult` the caller records (docs/operations.md, "Callback safety").
  */
-import { isIP } from "node:net";
-import { callbackUrlProblem, isPublicAddress } from "./callback_url.ts";
+import type { CallbackPolicy } from "./callback_policy.ts";
+import { withoutUrlSecrets } from "./callback_url.ts";
+import { checkCallback, type ResolveHost } from "./callback_target.ts";
+import { type CallbackConnections, postToCallback } from "./callback_client.ts";
 import { signatureHeader } from "./signature.ts";
-import { readStreamPrefix } from "../http/body.ts";
 import type { AttemptResult } from "./queue.ts";
-import { timeoutSignal, untilAborted } from "../abort.ts";
+import { timeoutSignal } from "../abort.ts";
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -28,14 +29,16 @@ export interface DeliveryRequest {
 export interface SenderOptions {
   version: string;
   timeoutMs: number;
-  /** `CALLBACK_ALLOW_INSECURE`: allow http and private, loopback or link-local targets. */
-  allowInsecure: boolean;
+  /** `CALLBACK_ALLOW_HTTP` and `CALLBACK_ALLOW_PRIVATE_NETWORKS`. */
+  policy: CallbackPolicy;
   /**
-   * Resolves a host name to addresses; `Deno.resolveDns` by default (tests may replace it). It
-   * shares the attempt's `timeoutMs`: a resolver that never answers ends the attempt, not the
-   * dispatcher's slot.
+   * Resolves a host name whose addresses are checked; `Deno.resolveDns` by default. Tests may
+   * replace it, and a given one is used whatever the policy. It shares the attempt's `timeoutMs`:
+   * a resolver that never answers ends the attempt, not the dispatcher's slot.
    */
-  resolve?: (host: string, signal: AbortSignal) => Promise<string[]>;
+  resolve?: ResolveHost;
+  /** Connections kept between attempts; without it, each attempt opens and closes its own. */
+  connections?: CallbackConnections;
 }
 
 /** Makes one signed delivery attempt. */
@@ -55,20 +58,18 @@ export async function sendDelivery(
     ...fields,
   });
 
-  // One deadline for the whole attempt, name resolution included.
+  // One deadline for the whole attempt: resolving, connecting, sending and reading the answer.
   const deadline = timeoutSignal(options.timeoutMs);
   const signal = deadline.signal;
   try {
-    // decisions.md 9: the target is checked again at send time, its resolved addresses included.
-    const problem = await targetProblem(request.callbackUrl, options, signal);
-    if (problem !== null) return result({ error: `callback URL refused: ${problem}` });
+    const target = await checkCallback(request.callbackUrl, options, signal);
+    if ("problem" in target) return result({ error: `callback URL refused: ${target.problem}` });
     if (request.secrets.length === 0) return result({ error: "the tenant has no webhook secret" });
 
     const timestamp = Math.floor(attemptedAt.getTime() / 1000);
-    const response = await fetch(request.callbackUrl, {
-      method: "POST",
+    const answer = await postToCallback(target, {
       body: request.payload,
-      redirect: "manual", // a 3xx is a failed attempt, never followed
+      bodyLimit: RESPONSE_BODY_LIMIT,
       signal,
       headers: {
         "content-type": "application/json",
@@ -79,13 +80,12 @@ export async function sendDelivery(
         "x-service-signature": signatureHeader(request.secrets, timestamp, request.payload),
         "x-service-version": options.version,
       },
-    });
-    const responseBody = await readPrefix(response, RESPONSE_BODY_LIMIT);
+    }, options.connections);
     return result({
-      responseCode: response.status,
-      responseBody,
-      retryAfterMs: response.status === 429 || response.status === 503
-        ? retryAfterMs(response.headers.get("retry-after"), attemptedAt.getTime())
+      responseCode: answer.status,
+      responseBody: answer.bodyPrefix,
+      retryAfterMs: answer.status === 429 || answer.status === 503
+        ? retryAfterMs(answer.retryAfter, attemptedAt.getTime())
         : null,
     });
   } catch (error) {
@@ -98,53 +98,6 @@ export async function sendDelivery(
   }
 }
 
-/** Why the callback may not be called now, or null. */
-async function targetProblem(
-  url: string,
-  options: SenderOptions,
-  signal: AbortSignal,
-): Promise<string | null> {
-  const problem = callbackUrlProblem(url, options.allowInsecure);
-  if (problem !== null || options.allowInsecure) return problem;
-  const host = new URL(url).hostname.replace(/^\[|\]$/g, "");
-  if (isIP(host) !== 0) return null; // a literal address was checked above
-  let addresses: string[];
-  try {
-    // The deadline holds even for a resolver that ignores the signal.
-    addresses = await untilAborted((options.resolve ?? resolveHost)(host, signal), signal);
-  } catch (error) {
-    if (signal.aborted) {
-      return `${host} did not resolve within ${options.timeoutMs} ms`;
-    }
-    return `${host} does not resolve (${describe(error)})`;
-  }
-  if (addresses.length === 0) return `${host} does not resolve`;
-  const blocked = addresses.find((address) => !isPublicAddress(address));
-  return blocked === undefined
-    ? null
-    : `${host} resolves to ${blocked}, a private, loopback, link-local or metadata address`;
-}
-
-async function resolveHost(host: string, signal: AbortSignal): Promise<string[]> {
-  const lookups = await Promise.allSettled([
-    Deno.resolveDns(host, "A", { signal }),
-    Deno.resolveDns(host, "AAAA", { signal }),
-  ]);
-  const addresses = lookups.flatMap((lookup) => lookup.status === "fulfilled" ? lookup.value : []);
-  if (addresses.length === 0 && lookups[0].status === "rejected") throw lookups[0].reason;
-  return addresses;
-}
-
-/** The first `limit` bytes of the body as text; the rest is not read. */
-async function readPrefix(response: Response, limit: number): Promise<string | null> {
-  try {
-    const { bytes } = await readStreamPrefix(response.body, limit);
-    return response.body === null ? null : new TextDecoder().decode(bytes);
-  } catch {
-    return null; // cut short (reset, or the attempt's timeout): the status still counts
-  }
-}
-
 /** `Retry-After` as seconds or an HTTP date (RFC 9110 10.2.3), in ms from `now`. */
 export function retryAfterMs(value: string | null, now: number): number | null {
   if (value === null) return null;
@@ -154,9 +107,9 @@ export function retryAfterMs(value: string | null, now: number): number | null {
   return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
+/** An error as stored and logged: never with a URL's query string or credentials. */
 function describe(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
-  // Deno wraps the cause of a failed fetch; its message is the useful part.
+  if (!(error instanceof Error)) return withoutUrlSecrets(String(error)).slice(0, 500);
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";
-  return `${error.name}: ${error.message}${cause}`.slice(0, 500);
+  return withoutUrlSecrets(`${error.name}: ${error.message}${cause}`).slice(0, 500);
 }

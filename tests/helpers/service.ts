@@ -189,21 +189,23 @@ export interface StartOptions {
   db?: TestDatabase;
   /** Wait for `listening` (default) or return at once (for boot-failure tests). */
   waitUntilListening?: boolean;
-  /** Deno permissions instead of those its configuration gives (`servicePermissions`). */
-  permissions?: string[];
+  /**
+   * Deno permissions instead of those its configuration gives (`servicePermissions`), or a
+   * function of those that returns the ones to use.
+   */
+  permissions?: string[] | ((computed: string[]) => string[]);
 }
 
 /** Starts `main.ts serve` on a free loopback port and waits until it listens. */
 export async function startService(options: StartOptions = {}): Promise<RunningService> {
   const db = options.db ?? await freshDatabase();
   const env = { PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "debug", ...db.env, ...options.env };
+  const computed = servicePermissions(baseEnv(env));
+  const permissions = typeof options.permissions === "function"
+    ? options.permissions(computed)
+    : options.permissions ?? computed;
   const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      ...options.permissions ?? servicePermissions(baseEnv(env)),
-      join(ROOT, "main.ts"),
-      "serve",
-    ],
+    args: ["run", ...permissions, join(ROOT, "main.ts"), "serve"],
     env: baseEnv(env),
     clearEnv: true,
     stdout: "piped",

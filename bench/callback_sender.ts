@@ -1,0 +1,343 @@
+/**
+ * One delivery attempt: the sender of this version (src/delivery/sender.ts: `node:http(s)`, pinned
+ * to the checked addresses where a name is checked, with the dispatcher's kept connections)
+ * against the `fetch`-based sender it replaced (bench/fetch_sender.ts), to the same callback sink
+ * in the same run.
+ *
+ * Scenarios, on one sink: a callback at an address (`http://127.0.0.1:PORT/hooks`: neither sender
+ * looks anything up); a name where private networks are allowed (`http://localhost:PORT/hooks`
+ * and the https one: nothing is checked, both let their HTTP client resolve it); and the same
+ * names as production checks them (before: a lookup for the check, then `fetch`, which resolves
+ * again for a new connection; now: the same lookup, then a connection to its answer). TLS uses a
+ * throwaway CA trusted through `DENO_CERT`. Each is measured one attempt at a time (the median
+ * latency) and 32 at a time, the dispatcher's default concurrency (attempts per second).
+ *
+ * Processes and cores: the sink (this module run as `callback_sender.ts sink`) on core 1, the
+ * senders (`callback_sender.ts measure`) on core 0, pinned with `taskset`. Every round runs both
+ * senders on a callback in ten alternating slices (which goes first alternates too), so that
+ * noise from other processes falls on both; the ratio now/before is taken per round, and the
+ * median of the rounds is reported. Every attempt must be answered 200, or the run fails.
+ *
+ * Run it from the repository root:
+ *
+ *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/callback_sender.ts [--rounds 3] [--attempts 2000] [--json]
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { join } from "node:path";
+import { sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
+import { CallbackConnections } from "../src/delivery/callback_client.ts";
+import { resolveHost } from "../src/delivery/callback_target.ts";
+import { createTlsTestCertificates } from "../src/simulators/tls_certificates.ts";
+import { sendWithFetch } from "./fetch_sender.ts";
+import { formatTable, spawnPinned, stop, writeProgress } from "./support.ts";
+
+const SECRET = "whsec_bench_secret_of_at_least_32_characters";
+const CONCURRENCY = 32;
+/** Slices of a round, alternating the two senders. */
+const SLICES = 10;
+
+/** What one sender did on one callback in one round. */
+interface Measure {
+  /** Median milliseconds of one attempt made alone. */
+  sequentialMedianMs: number;
+  /** Attempts per second, 32 at a time. */
+  concurrentPerSecond: number;
+}
+
+/** The figures of one scenario, over the rounds. */
+interface ScenarioResult {
+  scenario: string;
+  rounds: { before: Measure; now: Measure }[];
+  /** Medians over the rounds of now/before: latency (lower is better) and throughput. */
+  latencyRatio: number;
+  throughputRatio: number;
+}
+
+type AttemptFn = (url: string) => Promise<number | null>;
+
+interface Scenario {
+  name: string;
+  url: string;
+  before: AttemptFn;
+  now: AttemptFn;
+}
+
+async function measure(settings: { rounds: number; attempts: number }, ports: {
+  http: number;
+  https: number;
+}): Promise<ScenarioResult[]> {
+  const payload = JSON.stringify({ event: "renewed", data: "x".repeat(600) });
+  const request = (url: string) => ({
+    callbackUrl: url,
+    payload,
+    event: "renewed",
+    eventId: "evt_bench",
+    secrets: [SECRET],
+  });
+  const connections = new CallbackConnections();
+  const base = { version: "dev", timeoutMs: 10_000 };
+  const privateAllowed: SenderOptions = {
+    ...base,
+    policy: { allowHttp: true, allowPrivateNetworks: true },
+    connections,
+  };
+  // As production checks a name: the lookup of the check, then a connection to its answer.
+  // (The check itself would refuse the loopback sink; it costs microseconds.)
+  const checked: SenderOptions = { ...privateAllowed, resolve: resolveHost };
+  const fetchWithout = async (url: string) =>
+    (await sendWithFetch(request(url), { ...base, lookUp: false })).responseCode;
+  const fetchWithLookup = async (url: string) =>
+    (await sendWithFetch(request(url), { ...base, lookUp: true })).responseCode;
+  const sender = (options: SenderOptions) => async (url: string) =>
+    (await sendDelivery(request(url), options)).responseCode;
+  const http = `http://localhost:${ports.http}/hooks`;
+  const https = `https://localhost:${ports.https}/hooks`;
+  const scenarios: Scenario[] = [
+    {
+      name: "http, address",
+      url: `http://127.0.0.1:${ports.http}/hooks`,
+      before: fetchWithout,
+      now: sender(privateAllowed),
+    },
+    { name: "http, name, unchecked", url: http, before: fetchWithout, now: sender(privateAllowed) },
+    {
+      name: "https, name, unchecked",
+      url: https,
+      before: fetchWithout,
+      now: sender(privateAllowed),
+    },
+    { name: "http, name, checked", url: http, before: fetchWithLookup, now: sender(checked) },
+    { name: "https, name, checked", url: https, before: fetchWithLookup, now: sender(checked) },
+  ];
+  const perSlice = Math.ceil(settings.attempts / SLICES);
+  const results: ScenarioResult[] = [];
+  try {
+    for (const scenario of scenarios) {
+      for (const send of [scenario.before, scenario.now]) {
+        await run(send, scenario.url, 200, CONCURRENCY);
+      }
+      const rounds: ScenarioResult["rounds"] = [];
+      for (let round = 0; round < settings.rounds; round++) {
+        // Within a round the two alternate in slices, so that a burst of other work on the
+        // machine falls on both.
+        const latencies = { before: [] as number[], now: [] as number[] };
+        const seconds = { before: 0, now: 0 };
+        for (let slice = 0; slice < SLICES; slice++) {
+          const order = (round + slice) % 2 === 0
+            ? ["before", "now"] as const
+            : ["now", "before"] as const;
+          for (const which of order) {
+            const send = scenario[which];
+            const alone = Math.ceil(Math.min(500, settings.attempts) / SLICES);
+            latencies[which].push(...await run(send, scenario.url, alone, 1));
+            const started = performance.now();
+            await run(send, scenario.url, perSlice, CONCURRENCY);
+            seconds[which] += (performance.now() - started) / 1000;
+          }
+        }
+        const figures = {
+          before: {
+            sequentialMedianMs: median(latencies.before),
+            concurrentPerSecond: (perSlice * SLICES) / seconds.before,
+          },
+          now: {
+            sequentialMedianMs: median(latencies.now),
+            concurrentPerSecond: (perSlice * SLICES) / seconds.now,
+          },
+        };
+        rounds.push({ before: figures.before!, now: figures.now! });
+        writeProgress(
+          `${scenario.name} round ${round + 1}: before ${
+            figures.before!.concurrentPerSecond.toFixed(0)
+          }/s, now ${figures.now!.concurrentPerSecond.toFixed(0)}/s`,
+        );
+      }
+      results.push({
+        scenario: scenario.name,
+        rounds,
+        latencyRatio: median(
+          rounds.map((r) => r.now.sequentialMedianMs / r.before.sequentialMedianMs),
+        ),
+        throughputRatio: median(
+          rounds.map((r) => r.now.concurrentPerSecond / r.before.concurrentPerSecond),
+        ),
+      });
+    }
+  } finally {
+    connections.close();
+  }
+  return results;
+}
+
+/** Makes `count` attempts, `concurrency` at a time; returns each one's milliseconds. */
+async function run(send: AttemptFn, url: string, count: number, concurrency: number) {
+  const latencies: number[] = [];
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < count) {
+      next++;
+      const started = performance.now();
+      const status = await send(url);
+      latencies.push(performance.now() - started);
+      if (status !== 200) throw new Error(`${url} answered ${status}`);
+    }
+  }));
+  return latencies;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+/** The sink: http and https on loopback, 200 to every POST once its body is read. */
+async function sink(certPath: string, keyPath: string): Promise<void> {
+  const handler = async (request: Request) => {
+    await request.arrayBuffer();
+    return new Response('{"ok":true}', { headers: { "content-type": "application/json" } });
+  };
+  const http = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);
+  const https = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    cert: await Deno.readTextFile(certPath),
+    key: await Deno.readTextFile(keyPath),
+    onListen: () => {},
+  }, handler);
+  console.log(JSON.stringify({ http: http.addr.port, https: https.addr.port }));
+  await Promise.all([http.finished, https.finished]);
+}
+
+/** The markdown table of the results. */
+export function formatCallbackSenderTable(results: ScenarioResult[]): string {
+  const rows = results.flatMap((result) => {
+    const middle = (which: "before" | "now", key: keyof Measure) =>
+      median(result.rounds.map((round) => round[which][key]));
+    const figures = (which: "before" | "now") => [
+      middle(which, "sequentialMedianMs").toFixed(3),
+      middle(which, "concurrentPerSecond").toFixed(0),
+    ];
+    return [
+      [result.scenario, "fetch (before)", ...figures("before"), "", ""],
+      [
+        "",
+        "node:http(s) (now)",
+        ...figures("now"),
+        result.latencyRatio.toFixed(2),
+        result.throughputRatio.toFixed(2),
+      ],
+    ];
+  });
+  return formatTable([
+    { header: "callback" },
+    { header: "sender" },
+    { header: "alone, median ms", numeric: true },
+    { header: "32 at a time, /s", numeric: true },
+    { header: "latency now/before", numeric: true },
+    { header: "throughput now/before", numeric: true },
+  ], rows);
+}
+
+async function main(args: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      rounds: { type: "string" },
+      attempts: { type: "string" },
+      json: { type: "boolean" },
+      cert: { type: "string" },
+      key: { type: "string" },
+      "http-port": { type: "string" },
+      "https-port": { type: "string" },
+    },
+  });
+  const settings = {
+    rounds: Number(values.rounds ?? 3),
+    attempts: Number(values.attempts ?? 2000),
+  };
+  if (positionals[0] === "sink") return await sink(values.cert!, values.key!);
+  if (positionals[0] === "measure") {
+    const ports = { http: Number(values["http-port"]), https: Number(values["https-port"]) };
+    console.log(JSON.stringify(await measure(settings, ports)));
+    return;
+  }
+
+  const dir = await Deno.makeTempDir({ prefix: "bench-callback-" });
+  try {
+    const certificates = await createTlsTestCertificates(["localhost"]);
+    const paths = {
+      ca: join(dir, "ca.pem"),
+      cert: join(dir, "cert.pem"),
+      key: join(dir, "key.pem"),
+    };
+    await Deno.writeTextFile(paths.ca, certificates.caPem);
+    await Deno.writeTextFile(paths.cert, certificates.certPem);
+    await Deno.writeTextFile(paths.key, certificates.keyPem);
+    const self = new URL(import.meta.url).pathname;
+    const server = spawnPinned({
+      core: 1,
+      args: [
+        "run",
+        "--allow-net",
+        "--allow-read",
+        self,
+        "sink",
+        "--cert",
+        paths.cert,
+        "--key",
+        paths.key,
+      ],
+      env: {},
+      stdoutPath: join(dir, "sink.out"),
+      stderrPath: join(dir, "sink.err"),
+    });
+    try {
+      let ports: { http: number; https: number } | undefined;
+      for (let i = 0; i < 600 && ports === undefined; i++) {
+        const text = await Deno.readTextFile(server.stdoutPath).catch(() => "");
+        if (text.includes("\n")) ports = JSON.parse(text.split("\n")[0]);
+        else await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      if (ports === undefined) throw new Error("the sink did not start");
+      const measurer = spawnPinned({
+        core: 0,
+        args: [
+          "run",
+          "--allow-net",
+          "--allow-read",
+          "--allow-env",
+          self,
+          "measure",
+          "--rounds",
+          String(settings.rounds),
+          "--attempts",
+          String(settings.attempts),
+          "--http-port",
+          String(ports.http),
+          "--https-port",
+          String(ports.https),
+        ],
+        env: { DENO_CERT: paths.ca },
+        stdoutPath: join(dir, "measure.out"),
+        stderrPath: join(dir, "measure.err"),
+      });
+      const status = await measurer.status;
+      const stderr = await Deno.readTextFile(measurer.stderrPath);
+      Deno.stderr.writeSync(new TextEncoder().encode(stderr));
+      if (!status.success) throw new Error(`the measurement failed (exit ${status.code})`);
+      const results: ScenarioResult[] = JSON.parse(await Deno.readTextFile(measurer.stdoutPath));
+      console.log(formatCallbackSenderTable(results));
+      if (values.json) console.log(JSON.stringify(results, null, 2));
+    } finally {
+      await stop(server);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+if (import.meta.main) await main(Deno.args);
