@@ -29,7 +29,7 @@ import { join } from "node:path";
 import { sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
 import { resolveHost } from "../src/delivery/callback_target.ts";
-import { createTlsTestCertificates } from "../src/simulators/tls_certificates.ts";
+import { createTlsTestCertificates } from "../simulators/tls_certificates.ts";
 import { sendWithFetch } from "./fetch_sender.ts";
 import { formatTable, spawnPinned, stop, writeProgress } from "./support.ts";
 

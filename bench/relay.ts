@@ -85,9 +85,9 @@ import {
   WRK_CHECKED_ANSWERS_LUA,
   type WrkFigures,
 } from "./support.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import { verifySignature } from "../src/delivery/signature.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { verifySignature } from "../simulators/webhook_signature.ts";
 
 /** Options of {@linkcode runRelayBenchmark}. */
 export interface RelayBenchmarkOptions extends LoadOptions {

@@ -78,7 +78,7 @@ import {
   upstreamId,
   type UpstreamReady,
 } from "./verify_upstream.ts";
-import { createServiceAccount } from "../src/simulators/service_account.ts";
+import { createServiceAccount } from "../simulators/service_account.ts";
 
 /** Options of {@linkcode runVerifyBenchmark}. */
 export interface VerifyBenchmarkOptions extends LoadOptions {

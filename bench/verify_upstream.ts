@@ -4,11 +4,11 @@
  *
  * `storea` answers the App Store Server API's Get Transaction Info
  * (`GET /production/inApps/v1/transactions/{id}`) for `--count` distinct transactions, each signed
- * once at setup by the test PKI and signer of `src/simulators/` (`StoreaSigner`: ES256, x5c chain
+ * once at setup by the test PKI and signer of `simulators/` (`StoreaSigner`: ES256, x5c chain
  * of three, Apple-shaped payload). The real App Store signs every answer afresh, so every request
  * of the benchmark must bring the service a JWS it has not verified before.
  *
- * Why not `src/simulators/storea_api.ts` itself: it verifies the ES256 bearer token on every call,
+ * Why not `simulators/storea_api.ts` itself: it verifies the ES256 bearer token on every call,
  * which caps it at about 2,500 answers per second on a whole core of this machine, below what the
  * baseline proxy asks of it; the benchmark would then measure the simulator. This upstream checks
  * the token by the same rules (ES256, typ JWT, known kid, iss, aud `appstoreconnect-v1`, bid, iat
@@ -16,7 +16,7 @@
  * token string once and remembers the verdict, as the expiry is rechecked on every call. Checking
  * the token is Apple's CPU, not the service's: the service sends one token per tenant and hour.
  *
- * `storeb` runs the Google Play simulator of `src/simulators/storeb_play.ts` as it is (its checks
+ * `storeb` runs the Google Play simulator of `simulators/storeb_play.ts` as it is (its checks
  * of access tokens are map lookups, cheap enough), with the bench's service account and `--count`
  * distinct subscription purchase tokens.
  *
@@ -33,9 +33,9 @@
  */
 import { parseArgs } from "node:util";
 import { exportJWK, importJWK, importPKCS8, jwtVerify } from "jose";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import { sampleSubscriptionPurchase, startStorebSimulator } from "../src/simulators/storeb_play.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { sampleSubscriptionPurchase, startStorebSimulator } from "../simulators/storeb_play.ts";
 
 /** What the store A upstream prints once it is ready to be measured against. */
 export interface StoreaUpstreamReady {

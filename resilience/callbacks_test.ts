@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { databaseOf, ENGINE, startService } from "../tests/helpers/service.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import { RESPONSE_BODY_LIMIT } from "../src/delivery/sender.ts";
 import {
   forEachConcurrently,

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { ENGINE, freshDatabase, startService } from "../tests/helpers/service.ts";
 import { TEST_ISSUER_ID } from "../tests/helpers/fixtures.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
-import { startStoreaApiSimulator } from "../src/simulators/storea_api.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { startStoreaApiSimulator } from "../simulators/storea_api.ts";
 import {
   forEachConcurrently,
   relayFixture,

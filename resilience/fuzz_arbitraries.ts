@@ -10,8 +10,8 @@
  * @module
  */
 import fc from "fast-check";
-import type { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import type { PushTokenClaimsInput, PushTokenIssuer } from "../src/simulators/storeb_push.ts";
+import type { StoreaSigner } from "../simulators/storea_signer.ts";
+import type { PushTokenClaimsInput, PushTokenIssuer } from "../simulators/storeb_push.ts";
 
 /** Spec 8: verify bodies are at most 16 KB. */
 export const VERIFY_LIMIT = 16 * 1024;

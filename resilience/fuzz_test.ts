@@ -34,17 +34,17 @@ import {
 } from "../tests/helpers/fixtures.ts";
 import { cliOk, createTenantWithCallback } from "../tests/helpers/relay.ts";
 import { rawExchange } from "../tests/helpers/raw_http.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import { startStoreaApiSimulator, type StoreaApiSimulator } from "../src/simulators/storea_api.ts";
-import { createServiceAccount } from "../src/simulators/service_account.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { startStoreaApiSimulator, type StoreaApiSimulator } from "../simulators/storea_api.ts";
+import { createServiceAccount } from "../simulators/service_account.ts";
 import {
   sampleProductPurchase,
   sampleSubscriptionPurchase,
   startStorebSimulator,
-} from "../src/simulators/storeb_play.ts";
-import { type PushTokenIssuer, startPushTokenIssuer } from "../src/simulators/storeb_push.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+} from "../simulators/storeb_play.ts";
+import { type PushTokenIssuer, startPushTokenIssuer } from "../simulators/storeb_push.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import * as arb from "./fuzz_arbitraries.ts";
 
 /** How long any answer may take; a request still unanswered then is a failure (a hang). */

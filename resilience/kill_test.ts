@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { connectDatabase } from "../src/db/connect.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import { ENGINE, type RunningService, startService } from "../tests/helpers/service.ts";
 import {
   acceptedPerEvent,

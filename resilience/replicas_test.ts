@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { databaseOf, ENGINE, type RunningService, startService } from "../tests/helpers/service.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import {
   acceptedPerEvent,
   forEachConcurrently,

@@ -8,9 +8,9 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { RunningService } from "../tests/helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "../tests/helpers/fixtures.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import type { CallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import type { CallbackReceiver } from "../simulators/callback_receiver.ts";
 
 /** A store A signer and the service settings that make it trusted. */
 export interface RelayFixture {

@@ -14,27 +14,27 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import { startStoreaApiSimulator, type StoreaApiSimulator } from "../src/simulators/storea_api.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { startStoreaApiSimulator, type StoreaApiSimulator } from "../simulators/storea_api.ts";
 import {
   sampleSubscriptionPurchase,
   startStorebSimulator,
   type StorebSimulator,
-} from "../src/simulators/storeb_play.ts";
+} from "../simulators/storeb_play.ts";
 import {
   pushEnvelope,
   type PushTokenIssuer,
   startPushTokenIssuer,
   subscriptionNotification,
-} from "../src/simulators/storeb_push.ts";
-import { createServiceAccount } from "../src/simulators/service_account.ts";
+} from "../simulators/storeb_push.ts";
+import { createServiceAccount } from "../simulators/service_account.ts";
 import {
   type CallbackReceiver,
   type ReceivedDelivery,
   startCallbackReceiver,
-} from "../src/simulators/callback_receiver.ts";
-import { derToPem } from "../src/simulators/pem.ts";
+} from "../simulators/callback_receiver.ts";
+import { derToPem } from "../simulators/pem.ts";
 import { servicePermissions } from "../src/permissions.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -974,7 +974,7 @@ function whatNext(demo: Demo, keep: boolean): void {
     "  - Event names of both stores: docs/events.md",
     "  - Run it for real (store credentials, store setup, PostgreSQL): docs/operations.md",
     "  - Configuration and every CLI command: README.md",
-    "  - The simulators used here are in src/simulators/, for your own tests.",
+    "  - The simulators used here are in simulators/, for your own tests.",
   );
   if (!keep) say(dim("  Run `deno task demo --keep` to keep everything running and explore."));
 }

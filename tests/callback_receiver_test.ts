@@ -9,7 +9,7 @@ import {
   type CallbackReceiver,
   type CallbackReceiverOptions,
   startCallbackReceiver,
-} from "../src/simulators/callback_receiver.ts";
+} from "../simulators/callback_receiver.ts";
 import { verifyDelivery } from "../docs/examples/verify_delivery.ts";
 
 const SECRET = "whsec_0123456789abcdef0123456789abcdef";

@@ -10,8 +10,8 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { retryAfterMs, sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
-import { createTlsTestCertificates } from "../src/simulators/tls_certificates.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { createTlsTestCertificates } from "../simulators/tls_certificates.ts";
 
 const SECRET = "whsec_test_secret_of_at_least_32_characters";
 const SEND_CHILD = new URL("./helpers/send_delivery_child.ts", import.meta.url).pathname;

@@ -1,7 +1,8 @@
 /** The delivery signature (spec 4.7, decisions.md 9). */
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
-import { sign, signatureHeader, verifySignature } from "../src/delivery/signature.ts";
+import { sign, signatureHeader } from "../src/delivery/signature.ts";
+import { verifySignature } from "../simulators/webhook_signature.ts";
 
 const SECRET = "whsec_0123456789abcdef0123456789abcdef";
 const BODY = '{"event":"test","eventId":"evt_01JD3Q8Z9V6B2M4K7T1XW5N0RC"}';

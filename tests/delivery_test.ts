@@ -15,13 +15,10 @@ import {
 } from "./helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "./helpers/fixtures.ts";
 import { cliOk, deliveryOf, deliveryReaches, eventually, postJson } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import {
-  type CallbackReceiver,
-  startCallbackReceiver,
-} from "../src/simulators/callback_receiver.ts";
-import { verifySignature } from "../src/delivery/signature.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { type CallbackReceiver, startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { verifySignature } from "../simulators/webhook_signature.ts";
 
 /** A service with a store A tenant whose callback is a local receiver. */
 interface Relay {

@@ -41,19 +41,19 @@ import { type StorebVerifyDeps, storebVerifyRoute } from "../src/api/storeb_veri
 import { type StoreaWebhookDeps, storeaWebhookRoute } from "../src/api/storea_webhook.ts";
 import { type StorebWebhookDeps, storebWebhookRoute } from "../src/api/storeb_webhook.ts";
 import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
 import {
   startStoreaApiSimulator,
   STOREA_API_ERRORS,
   storeaRateLimitedAnswer,
-} from "../src/simulators/storea_api.ts";
+} from "../simulators/storea_api.ts";
 import {
   sampleProductPurchase,
   sampleSubscriptionPurchase,
   startStorebSimulator,
-} from "../src/simulators/storeb_play.ts";
-import { createServiceAccount } from "../src/simulators/service_account.ts";
+} from "../simulators/storeb_play.ts";
+import { createServiceAccount } from "../simulators/service_account.ts";
 import {
   oneTimeProductNotification,
   pushEnvelope,
@@ -61,11 +61,8 @@ import {
   subscriptionNotification,
   testNotification,
   voidedPurchaseNotification,
-} from "../src/simulators/storeb_push.ts";
-import {
-  type ReceivedDelivery,
-  startCallbackReceiver,
-} from "../src/simulators/callback_receiver.ts";
+} from "../simulators/storeb_push.ts";
+import { type ReceivedDelivery, startCallbackReceiver } from "../simulators/callback_receiver.ts";
 
 /** A node of the parsed document or of a JSON body. */
 // deno-lint-ignore no-explicit-any

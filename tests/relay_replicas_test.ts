@@ -8,9 +8,9 @@ import { join } from "node:path";
 import { databaseOf, ENGINE, runCli, startService, stopAndDrop } from "./helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "./helpers/fixtures.ts";
 import { deliveryReaches, eventually, postJson } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 
 interface Fixture {
   env: Record<string, string>;

@@ -14,8 +14,8 @@ import {
   StoreaJwsVerifier,
 } from "../src/storea/jws.ts";
 import { createHash } from "node:crypto";
-import { createStoreaTestPki, type StoreaTestPkiOptions } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import { createStoreaTestPki, type StoreaTestPkiOptions } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
 import type { Es256Engine } from "../src/crypto/es256.ts";
 
 /** Every test that checks a signature runs on both ES256 engines. */

@@ -18,14 +18,14 @@ import {
   STOREA_LEAF_MARKER_OID,
   type StoreaTestPki,
   writeStoreaRootPem,
-} from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+} from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
 import {
   startStoreaApiSimulator,
   STOREA_API_ERRORS,
   type StoreaApiSimulator,
   storeaRateLimitedAnswer,
-} from "../src/simulators/storea_api.ts";
+} from "../simulators/storea_api.ts";
 import { TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
 
 const ECDSA_WITH_SHA384 = "1.2.840.10045.4.3.3";

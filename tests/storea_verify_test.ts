@@ -13,13 +13,13 @@ import {
   stopAndDrop,
 } from "./helpers/service.ts";
 import { storeaCredentialArgs, TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../src/simulators/storea_signer.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner } from "../simulators/storea_signer.ts";
 import {
   startStoreaApiSimulator,
   STOREA_API_ERRORS,
   storeaRateLimitedAnswer,
-} from "../src/simulators/storea_api.ts";
+} from "../simulators/storea_api.ts";
 
 const BUNDLE_ID = "com.example.app";
 

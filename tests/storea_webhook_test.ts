@@ -18,9 +18,9 @@ import {
   eventually,
   postJson,
 } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../src/simulators/storea_pki.ts";
-import { StoreaSigner, type StoreaTransactionPayload } from "../src/simulators/storea_signer.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { StoreaSigner, type StoreaTransactionPayload } from "../simulators/storea_signer.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 
 const BUNDLE_ID = "com.example.app";
 const APP_ID = 1234567890;

@@ -11,8 +11,8 @@ import {
 import {
   createServiceAccount,
   type GeneratedServiceAccount,
-} from "../src/simulators/service_account.ts";
-import { startStorebSimulator, type StorebSimulator } from "../src/simulators/storeb_play.ts";
+} from "../simulators/service_account.ts";
+import { startStorebSimulator, type StorebSimulator } from "../simulators/storeb_play.ts";
 
 async function registeredAccount(
   play: StorebSimulator,

@@ -25,7 +25,7 @@ import {
   subscriptionNotification,
   testNotification,
   voidedPurchaseNotification,
-} from "../src/simulators/storeb_push.ts";
+} from "../simulators/storeb_push.ts";
 
 const AUDIENCE = "https://relay.example.com/v1/webhooks/storeb/tenant_01";
 const EMAIL = "pubsub-push@example-project.iam.gserviceaccount.com";

@@ -1,13 +1,13 @@
 /** The store B simulator is only as useful as it is strict: it refuses what Google refuses. */
 import assert from "node:assert/strict";
 import { importPKCS8, SignJWT } from "jose";
-import { createServiceAccount } from "../src/simulators/service_account.ts";
+import { createServiceAccount } from "../simulators/service_account.ts";
 import {
   sampleProductPurchase,
   sampleSubscriptionPurchase,
   startStorebSimulator,
   type StorebSimulator,
-} from "../src/simulators/storeb_play.ts";
+} from "../simulators/storeb_play.ts";
 
 const SCOPE = "https://www.googleapis.com/auth/androidpublisher";
 const GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer";

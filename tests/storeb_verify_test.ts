@@ -15,12 +15,12 @@ import { storebCredentialArgs } from "./helpers/fixtures.ts";
 import {
   createServiceAccount,
   type GeneratedServiceAccount,
-} from "../src/simulators/service_account.ts";
+} from "../simulators/service_account.ts";
 import {
   sampleProductPurchase,
   sampleSubscriptionPurchase,
   startStorebSimulator,
-} from "../src/simulators/storeb_play.ts";
+} from "../simulators/storeb_play.ts";
 import { StorebVerifier } from "../src/storeb/verify.ts";
 import type { StorebCredentials } from "../src/db/credentials.ts";
 import { ServiceError } from "../src/errors.ts";

@@ -26,8 +26,8 @@ import {
   subscriptionNotification,
   testNotification,
   voidedPurchaseNotification,
-} from "../src/simulators/storeb_push.ts";
-import { startCallbackReceiver } from "../src/simulators/callback_receiver.ts";
+} from "../simulators/storeb_push.ts";
+import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 
 const PACKAGE_NAME = "com.example.app";
 /** The push audience of storebCredentialArgs. */

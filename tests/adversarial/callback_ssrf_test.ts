@@ -22,8 +22,8 @@ import {
 } from "../helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "../helpers/fixtures.ts";
 import { eventually, postJson } from "../helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../../src/simulators/storea_signer.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../../simulators/storea_pki.ts";
+import { StoreaSigner } from "../../simulators/storea_signer.ts";
 
 const DNS_PRELOAD = new URL("../helpers/dns_answers_preload.ts", import.meta.url).pathname;
 

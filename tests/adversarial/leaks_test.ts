@@ -20,8 +20,8 @@ import {
   startService,
   stopAndDrop,
 } from "../helpers/service.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../../src/simulators/storea_pki.ts";
-import { startCallbackReceiver } from "../../src/simulators/callback_receiver.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../../simulators/storea_pki.ts";
+import { startCallbackReceiver } from "../../simulators/callback_receiver.ts";
 import { TcpProxy } from "../../resilience/support.ts";
 
 const ADMIN_URL = Deno.env.get("TEST_DATABASE_URL");

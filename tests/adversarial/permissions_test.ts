@@ -25,10 +25,10 @@ import {
   createTenantWithCallback,
   postJson,
 } from "../helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../../src/simulators/storea_signer.ts";
-import { startStoreaApiSimulator } from "../../src/simulators/storea_api.ts";
-import { startCallbackReceiver } from "../../src/simulators/callback_receiver.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../../simulators/storea_pki.ts";
+import { StoreaSigner } from "../../simulators/storea_signer.ts";
+import { startStoreaApiSimulator } from "../../simulators/storea_api.ts";
+import { startCallbackReceiver } from "../../simulators/callback_receiver.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const MAIN = join(ROOT, "main.ts");

@@ -27,18 +27,15 @@ import {
 } from "../helpers/fixtures.ts";
 import { cliOk, type JsonAnswer, postJson } from "../helpers/relay.ts";
 import { relayFixture, signedRenewal, TcpProxy } from "../../resilience/support.ts";
-import { startCallbackReceiver } from "../../src/simulators/callback_receiver.ts";
+import { startCallbackReceiver } from "../../simulators/callback_receiver.ts";
 import {
   pushEnvelope,
   startPushTokenIssuer,
   subscriptionNotification,
-} from "../../src/simulators/storeb_push.ts";
-import { startStoreaApiSimulator } from "../../src/simulators/storea_api.ts";
-import {
-  sampleSubscriptionPurchase,
-  startStorebSimulator,
-} from "../../src/simulators/storeb_play.ts";
-import { createServiceAccount } from "../../src/simulators/service_account.ts";
+} from "../../simulators/storeb_push.ts";
+import { startStoreaApiSimulator } from "../../simulators/storea_api.ts";
+import { sampleSubscriptionPurchase, startStorebSimulator } from "../../simulators/storeb_play.ts";
+import { createServiceAccount } from "../../simulators/service_account.ts";
 
 const ADMIN_URL = Deno.env.get("TEST_DATABASE_URL");
 const PACKAGE = "com.example.app"; // the bundle and package of the fixtures' credentials

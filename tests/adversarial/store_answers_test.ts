@@ -14,15 +14,15 @@ import {
   writeStoreaKeyFile,
 } from "../helpers/fixtures.ts";
 import { type JsonAnswer, postJson } from "../helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../../src/simulators/storea_pki.ts";
-import { StoreaSigner } from "../../src/simulators/storea_signer.ts";
+import { createStoreaTestPki, writeStoreaRootPem } from "../../simulators/storea_pki.ts";
+import { StoreaSigner } from "../../simulators/storea_signer.ts";
 import {
   startStoreaApiSimulator,
   STOREA_API_ERRORS,
   storeaRateLimitedAnswer,
-} from "../../src/simulators/storea_api.ts";
-import { startStorebSimulator } from "../../src/simulators/storeb_play.ts";
-import { createServiceAccount } from "../../src/simulators/service_account.ts";
+} from "../../simulators/storea_api.ts";
+import { startStorebSimulator } from "../../simulators/storeb_play.ts";
+import { createServiceAccount } from "../../simulators/service_account.ts";
 
 const BUNDLE_ID = "com.example.app"; // the bundle and package of the fixtures' credentials
 const DEFAULT_WAIT_SECONDS = 60;

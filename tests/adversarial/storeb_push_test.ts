@@ -35,8 +35,8 @@ import {
   startPushTokenIssuer,
   subscriptionNotification,
   voidedPurchaseNotification,
-} from "../../src/simulators/storeb_push.ts";
-import { startCallbackReceiver } from "../../src/simulators/callback_receiver.ts";
+} from "../../simulators/storeb_push.ts";
+import { startCallbackReceiver } from "../../simulators/callback_receiver.ts";
 
 /** The package storebCredentialArgs configures: public, it is in the store listing. */
 const PACKAGE_NAME = "com.example.app";

@@ -18,7 +18,7 @@ import {
   type CallbackReceiver,
   type ScriptedCallbackAnswer,
   startCallbackReceiver,
-} from "../../src/simulators/callback_receiver.ts";
+} from "../../simulators/callback_receiver.ts";
 import {
   forEachConcurrently,
   type RelayFixture,

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import type postgres from "postgres";
 import type { RunningService } from "./service.ts";
-import type { ReceivedDelivery } from "../../src/simulators/callback_receiver.ts";
+import type { ReceivedDelivery } from "../../simulators/callback_receiver.ts";
 
 /** An HTTP answer with its JSON body. */
 export interface JsonAnswer {

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { base64url } from "../crypto/secrets.ts";
+import { base64url } from "../src/crypto/secrets.ts";
 import { CompactSign } from "jose";
 import type { StoreaTestPki } from "./storea_pki.ts";
 

@@ -21,7 +21,7 @@
  * `iss`, `aud` = its own token URL, the androidpublisher scope, a lifetime of at most an hour);
  * the API accepts only access tokens it issued, unexpired and not revoked.
  */
-import { base64url } from "../crypto/secrets.ts";
+import { base64url } from "../src/crypto/secrets.ts";
 import { decodeJwt, decodeProtectedHeader, importSPKI, jwtVerify } from "jose";
 import { createPublicKey } from "node:crypto";
 

@@ -27,7 +27,7 @@
  * @module
  */
 import http from "node:http";
-import { verifySignature } from "../delivery/signature.ts";
+import { verifySignature } from "./webhook_signature.ts";
 import {
   answerAndClose,
   clientGone,
