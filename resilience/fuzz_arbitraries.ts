@@ -10,6 +10,7 @@
  * @module
  */
 import fc from "fast-check";
+import { type EndpointName, ENDPOINTS } from "../src/api/mod.ts";
 import type { StoreaSigner } from "../simulators/storea_signer.ts";
 import type { PushTokenClaimsInput, PushTokenIssuer } from "../simulators/storeb_push.ts";
 
@@ -564,23 +565,8 @@ export function apiKeyHolder(
 // ---------------------------------------------------------------------------------------------
 // Paths and routes
 
-/** The endpoints of spec 4. */
-export type RouteName =
-  | "health"
-  | "ready"
-  | "storea-verify"
-  | "storeb-verify"
-  | "storea-webhook"
-  | "storeb-webhook";
-
-const ROUTES: { name: RouteName; method: string; pattern: string }[] = [
-  { name: "health", method: "GET", pattern: "/health" },
-  { name: "ready", method: "GET", pattern: "/ready" },
-  { name: "storea-verify", method: "POST", pattern: "/v1/storea/verify" },
-  { name: "storeb-verify", method: "POST", pattern: "/v1/storeb/verify" },
-  { name: "storea-webhook", method: "POST", pattern: "/v1/webhooks/storea/:tenantId" },
-  { name: "storeb-webhook", method: "POST", pattern: "/v1/webhooks/storeb/:tenantId" },
-];
+/** An endpoint of the service's route table. */
+export type RouteName = EndpointName;
 
 /** Where a request lands. */
 export type RouteOutcome =
@@ -596,7 +582,7 @@ export type RouteOutcome =
 export function routeOf(method: string, pathname: string): RouteOutcome {
   const segments = pathname.split("/");
   const allowed: string[] = [];
-  for (const route of ROUTES) {
+  for (const route of ENDPOINTS) {
     const pattern = route.pattern.split("/");
     if (pattern.length !== segments.length) continue;
     let tenantId: string | null = null;

@@ -32,7 +32,7 @@ Deno.test("lifecycle: listening once, shutdown once on SIGTERM and SIGINT, exit 
   }
 });
 
-Deno.test("lifecycle: a request in flight finishes during shutdown", async () => {
+Deno.test("lifecycle: a request in flight finishes during shutdown; /ready says 503 meanwhile", async () => {
   const service = await startService();
   try {
     const { key } = await createTenantWithKey(service);
@@ -54,6 +54,15 @@ Deno.test("lifecycle: a request in flight finishes during shutdown", async () =>
     await new Promise((r) => setTimeout(r, 300));
     const stopped = service.stop("SIGTERM");
     await service.waitForLog((l) => l.msg === "shutdown");
+    // Draining: not ready any more, so a load balancer stops sending requests here.
+    const ready = await fetch(`${service.url}/ready`, { headers: { connection: "close" } });
+    assert.equal(ready.status, 503);
+    assert.deepEqual(await ready.json(), {
+      status: "degraded",
+      version: "dev",
+      checks: { db: "ok", encryption: "ok" },
+      draining: true,
+    });
     push(new TextEncoder().encode('"1"}'));
     end();
     const response = await pending;

@@ -35,11 +35,7 @@ import {
 import { cliOk, createTenantWithCallback, DELIVERY_KEYS, eventually } from "./helpers/relay.ts";
 import { ERROR_STATUS } from "../src/errors.ts";
 import { RECEIVER_BODY_LIMIT, VERIFY_BODY_LIMIT } from "../src/http/body.ts";
-import { healthRoutes } from "../src/api/health.ts";
-import { type StoreaVerifyDeps, storeaVerifyRoute } from "../src/api/storea_verify.ts";
-import { type StorebVerifyDeps, storebVerifyRoute } from "../src/api/storeb_verify.ts";
-import { type StoreaWebhookDeps, storeaWebhookRoute } from "../src/api/storea_webhook.ts";
-import { type StorebWebhookDeps, storebWebhookRoute } from "../src/api/storeb_webhook.ts";
+import { ENDPOINTS } from "../src/api/mod.ts";
 import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
 import { StoreaSigner } from "../simulators/storea_signer.ts";
@@ -440,19 +436,9 @@ function checkDelivery(delivery: ReceivedDelivery): Node {
 
 // ---- what the service really routes and classifies ----
 
-/** `METHOD /path` of every route the service's router holds. */
+/** `METHOD /path` of every endpoint of the route table the server routes by. */
 function routerOperations(): Set<string> {
-  const routes = [
-    ...healthRoutes({
-      version: "dev",
-      checkReadiness: () => Promise.resolve({ db: "ok", encryption: "ok" }),
-    }),
-    storeaVerifyRoute({} as StoreaVerifyDeps),
-    storebVerifyRoute({} as StorebVerifyDeps),
-    storeaWebhookRoute({} as StoreaWebhookDeps),
-    storebWebhookRoute({} as StorebWebhookDeps),
-  ];
-  return new Set(routes.map((r) => `${r.method} ${r.pattern.replace(/:(\w+)/g, "{$1}")}`));
+  return new Set(ENDPOINTS.map((e) => `${e.method} ${e.pattern.replace(/:(\w+)/g, "{$1}")}`));
 }
 
 /** Every unified event the catalog produces, over every input it distinguishes. */
@@ -533,26 +519,10 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     }
   });
 
-  await t.step("every route of the router, and nothing else", async () => {
+  await t.step("every route of the router, and nothing else", () => {
     assert.deepEqual(
       [...documentedOperations().keys()].sort(),
       [...routerOperations()].sort(),
-    );
-    // The factories above are the ones serve.ts builds its router from.
-    const serve = await Deno.readTextFile(new URL("../src/serve.ts", import.meta.url));
-    const block = serve.slice(
-      serve.indexOf("new Router(["),
-      serve.indexOf("]);", serve.indexOf("new Router([")),
-    );
-    assert.deepEqual(
-      [...block.matchAll(/\b(\w+Routes?)\(/g)].map((m) => m[1]).sort(),
-      [
-        "healthRoutes",
-        "storeaVerifyRoute",
-        "storeaWebhookRoute",
-        "storebVerifyRoute",
-        "storebWebhookRoute",
-      ],
     );
   });
 
@@ -709,6 +679,8 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
 
   await t.step("success shapes list every field as required, and are open to new ones", () => {
     const schemas = DOC.components.schemas;
+    // Fields present only in some answers: `draining` while a process shuts down.
+    const optional: Record<string, string[]> = { ReadyDegraded: ["draining"] };
     for (
       const name of [
         "StoreaVerifySuccess",
@@ -728,7 +700,7 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
       assert.equal(schemas[name].additionalProperties, undefined, name);
       assert.deepEqual(
         [...schemas[name].required].sort(),
-        Object.keys(schemas[name].properties).sort(),
+        Object.keys(schemas[name].properties).filter((f) => !optional[name]?.includes(f)).sort(),
         name,
       );
     }

@@ -1,6 +1,10 @@
-/** `GET /health` (spec 4.5) and `GET /ready` (spec 4.6). */
+/**
+ * `GET /health` and `GET /ready` (docs/operations.md, "Health checks"). `/health` never touches
+ * the database: it says the process answers. `/ready` says whether this process should get
+ * traffic: the database answers, the encryption key opens its secrets, and it is not draining.
+ */
 import { jsonResponse } from "../http/server.ts";
-import type { Route } from "../http/router.ts";
+import type { Handler } from "../http/router.ts";
 
 /** The readiness checks: `ok`, or a string starting with `fail`. */
 export interface ReadinessChecks {
@@ -8,36 +12,36 @@ export interface ReadinessChecks {
   encryption: string;
 }
 
+/** What `/ready` reports. */
+export interface ReadinessReport {
+  checks: ReadinessChecks;
+  /** Whether the process has begun to shut down; it then answers 503 whatever the checks say. */
+  draining: boolean;
+}
+
 /** What the health endpoints need. */
 export interface HealthDeps {
   version: string;
-  checkReadiness: () => Promise<ReadinessChecks>;
+  checkReadiness: () => Promise<ReadinessReport>;
 }
 
-/** The health routes. `/health` never touches the database. */
-export function healthRoutes(deps: HealthDeps): Route[] {
-  const healthBody = JSON.stringify({ status: "ok", version: deps.version });
-  return [
-    {
-      method: "GET",
-      pattern: "/health",
-      handler: () =>
-        new Response(healthBody, {
-          headers: { "content-type": "application/json; charset=utf-8" },
-        }),
-    },
-    {
-      method: "GET",
-      pattern: "/ready",
-      handler: async () => {
-        const checks = await deps.checkReadiness();
-        const ok = checks.db === "ok" && checks.encryption === "ok";
-        return jsonResponse(ok ? 200 : 503, {
-          status: ok ? "ok" : "degraded",
-          version: deps.version,
-          checks,
-        });
-      },
-    },
-  ];
+/** Answers `GET /health`. */
+export function healthHandler(deps: HealthDeps): Handler {
+  const body = JSON.stringify({ status: "ok", version: deps.version });
+  return () =>
+    new Response(body, { headers: { "content-type": "application/json; charset=utf-8" } });
+}
+
+/** Answers `GET /ready`: 200 when every check is `ok` and the process is not draining. */
+export function readyHandler(deps: HealthDeps): Handler {
+  return async () => {
+    const { checks, draining } = await deps.checkReadiness();
+    const ok = !draining && checks.db === "ok" && checks.encryption === "ok";
+    return jsonResponse(ok ? 200 : 503, {
+      status: ok ? "ok" : "degraded",
+      version: deps.version,
+      checks,
+      ...(draining ? { draining } : {}),
+    });
+  };
 }

@@ -1,6 +1,6 @@
 /** `POST /v1/storea/verify` (spec 4.1). */
 import { z } from "zod";
-import type { Route } from "../http/router.ts";
+import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
 import type { StoreaVerifier } from "../storea/verify.ts";
 import {
@@ -25,32 +25,28 @@ export interface StoreaVerifyDeps extends VerifyDeps {
   storea: StoreaVerifier;
 }
 
-/** The store A verify route. */
-export function storeaVerifyRoute(deps: StoreaVerifyDeps): Route {
-  return {
-    method: "POST",
-    pattern: "/v1/storea/verify",
-    handler: async (request, context) => {
-      const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
-        deps,
-        store: "storea",
-        schema: storeaVerifyRequest,
-      });
-      const { transactionId, environment } = body;
-      const outcome = await runVerification(deps, {
-        tenantId,
-        store: "storea",
-        subject: transactionId,
-        variant: environment ?? "",
-      }, () => deps.storea.verify(credentials, body));
-      if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
-      return jsonResponse(200, {
-        valid: true,
-        version: deps.version,
-        environment: outcome.environment,
-        appUserId: outcome.appUserId,
-        transaction: outcome.transaction,
-      });
-    },
+/** Answers `POST /v1/storea/verify`. */
+export function storeaVerifyHandler(deps: StoreaVerifyDeps): Handler {
+  return async (request, context) => {
+    const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
+      deps,
+      store: "storea",
+      schema: storeaVerifyRequest,
+    });
+    const { transactionId, environment } = body;
+    const outcome = await runVerification(deps, {
+      tenantId,
+      store: "storea",
+      subject: transactionId,
+      variant: environment ?? "",
+    }, () => deps.storea.verify(credentials, body));
+    if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
+    return jsonResponse(200, {
+      valid: true,
+      version: deps.version,
+      environment: outcome.environment,
+      appUserId: outcome.appUserId,
+      transaction: outcome.transaction,
+    });
   };
 }

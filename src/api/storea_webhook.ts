@@ -6,7 +6,7 @@
 import { z } from "zod";
 import { ServiceError } from "../errors.ts";
 import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
-import type { Route } from "../http/router.ts";
+import type { Handler } from "../http/router.ts";
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import { verifyStoreaNotification } from "../storea/notification.ts";
 import { classifyStorea } from "../events/catalog.ts";
@@ -21,40 +21,36 @@ export interface StoreaWebhookDeps extends ReceiverDeps {
   jws: StoreaJwsVerifier;
 }
 
-/** The store A receiver route. */
-export function storeaWebhookRoute(deps: StoreaWebhookDeps): Route {
-  return {
-    method: "POST",
-    pattern: "/v1/webhooks/storea/:tenantId",
-    handler: async (request, context) => {
-      const body = await readValidatedBody(request, storeaNotificationBody, RECEIVER_BODY_LIMIT);
-      const tenantId = context.params.tenantId;
-      // spec 4.3: an unknown and an inactive tenant are both 404 here.
-      const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
-      if (tenant === null || !tenant.active) {
-        throw new ServiceError("TENANT_NOT_FOUND", `no active tenant ${tenantId}`);
-      }
-      context.tenantId = tenantId;
-      const credentials = (await deps.credentialsOf(tenantId)).storea;
-      if (credentials === null) {
-        throw new ServiceError(
-          "CREDENTIALS_MISSING",
-          "the tenant has no store A credentials, needed to match the bundle id",
-        );
-      }
-      const notification = await verifyStoreaNotification(
-        deps.jws,
-        body.signedPayload,
-        credentials,
+/** Answers `POST /v1/webhooks/storea/:tenantId`. */
+export function storeaWebhookHandler(deps: StoreaWebhookDeps): Handler {
+  return async (request, context) => {
+    const body = await readValidatedBody(request, storeaNotificationBody, RECEIVER_BODY_LIMIT);
+    const tenantId = context.params.tenantId;
+    // spec 4.3: an unknown and an inactive tenant are both 404 here.
+    const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
+    if (tenant === null || !tenant.active) {
+      throw new ServiceError("TENANT_NOT_FOUND", `no active tenant ${tenantId}`);
+    }
+    context.tenantId = tenantId;
+    const credentials = (await deps.credentialsOf(tenantId)).storea;
+    if (credentials === null) {
+      throw new ServiceError(
+        "CREDENTIALS_MISSING",
+        "the tenant has no store A credentials, needed to match the bundle id",
       );
-      return await receiptResponse(deps, context, {
-        tenantId,
-        source: "storea",
-        externalId: notification.notificationUUID,
-        entry: classifyStorea(notification.payload, notification.transaction),
-        data: notification.payload,
-        raw: notification.payload,
-      });
-    },
+    }
+    const notification = await verifyStoreaNotification(
+      deps.jws,
+      body.signedPayload,
+      credentials,
+    );
+    return await receiptResponse(deps, context, {
+      tenantId,
+      source: "storea",
+      externalId: notification.notificationUUID,
+      entry: classifyStorea(notification.payload, notification.transaction),
+      data: notification.payload,
+      raw: notification.payload,
+    });
   };
 }

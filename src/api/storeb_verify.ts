@@ -1,7 +1,7 @@
 /** `POST /v1/storeb/verify` (spec 4.2). */
 import { z } from "zod";
 import type { StorebVerifier } from "../storeb/verify.ts";
-import type { Route } from "../http/router.ts";
+import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
 import {
   admitVerifyRequest,
@@ -28,31 +28,27 @@ export interface StorebVerifyDeps extends VerifyDeps {
   storeb: StorebVerifier;
 }
 
-/** The store B verify route. */
-export function storebVerifyRoute(deps: StorebVerifyDeps): Route {
-  return {
-    method: "POST",
-    pattern: "/v1/storeb/verify",
-    handler: async (request, context) => {
-      const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
-        deps,
-        store: "storeb",
-        schema: storebVerifyRequest,
-      });
-      const { packageName, productId, purchaseToken, type } = body;
-      const outcome = await runVerification(deps, {
-        tenantId,
-        store: "storeb",
-        subject: purchaseToken,
-        variant: `${type}\0${packageName}\0${productId}`,
-      }, () => deps.storeb.verify(credentials, body));
-      if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
-      return jsonResponse(200, {
-        valid: true,
-        version: deps.version,
-        appUserId: outcome.appUserId,
-        purchase: outcome.purchase,
-      });
-    },
+/** Answers `POST /v1/storeb/verify`. */
+export function storebVerifyHandler(deps: StorebVerifyDeps): Handler {
+  return async (request, context) => {
+    const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
+      deps,
+      store: "storeb",
+      schema: storebVerifyRequest,
+    });
+    const { packageName, productId, purchaseToken, type } = body;
+    const outcome = await runVerification(deps, {
+      tenantId,
+      store: "storeb",
+      subject: purchaseToken,
+      variant: `${type}\0${packageName}\0${productId}`,
+    }, () => deps.storeb.verify(credentials, body));
+    if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
+    return jsonResponse(200, {
+      valid: true,
+      version: deps.version,
+      appUserId: outcome.appUserId,
+      purchase: outcome.purchase,
+    });
   };
 }

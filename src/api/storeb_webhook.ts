@@ -7,7 +7,7 @@
  */
 import { ServiceError } from "../errors.ts";
 import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
-import type { Route } from "../http/router.ts";
+import type { Handler } from "../http/router.ts";
 import type { PushTokenVerifier } from "../storeb/push_token.ts";
 import { decodeStorebNotification, pushEnvelopeSchema } from "../storeb/notification.ts";
 import { classifyStoreb } from "../events/catalog.ts";
@@ -23,66 +23,62 @@ export interface StorebWebhookDeps extends ReceiverDeps {
 /** How often a tenant without a push service account is named in the logs, at most. */
 const MISSING_ACCOUNT_WARN_INTERVAL_MS = 60_000;
 
-/** The store B receiver route. */
-export function storebWebhookRoute(deps: StorebWebhookDeps): Route {
+/** Answers `POST /v1/webhooks/storeb/:tenantId`. */
+export function storebWebhookHandler(deps: StorebWebhookDeps): Handler {
   const missingAccountWarnings = new Throttle({ intervalMs: MISSING_ACCOUNT_WARN_INTERVAL_MS });
-  return {
-    method: "POST",
-    pattern: "/v1/webhooks/storeb/:tenantId",
-    handler: async (request, context) => {
-      const tenantId = context.params.tenantId;
-      const authorization = request.headers.get("authorization");
-      const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
-      // spec 4.4: an unknown tenant is indistinguishable from a bad token.
-      if (tenant === null) throw unauthenticated();
-      const credentials = (await deps.credentialsOf(tenantId)).storeb;
-      if (credentials === null) throw unauthenticated();
-      // Stored before the push service account was required: only the audience could be
-      // checked, and any Google project can mint a token for it (docs/operations.md).
-      if (credentials.pushServiceAccount === null) {
-        if (missingAccountWarnings.allow(tenantId)) {
-          deps.log.warn("push_service_account_missing", {
-            reqId: context.reqId,
-            tenantId,
-            hint: "store B notifications are refused until storeb set-credentials is run " +
-              "again with --push-service-account",
-          });
-        }
+  return async (request, context) => {
+    const tenantId = context.params.tenantId;
+    const authorization = request.headers.get("authorization");
+    const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
+    // spec 4.4: an unknown tenant is indistinguishable from a bad token.
+    if (tenant === null) throw unauthenticated();
+    const credentials = (await deps.credentialsOf(tenantId)).storeb;
+    if (credentials === null) throw unauthenticated();
+    // Stored before the push service account was required: only the audience could be
+    // checked, and any Google project can mint a token for it (docs/operations.md).
+    if (credentials.pushServiceAccount === null) {
+      if (missingAccountWarnings.allow(tenantId)) {
+        deps.log.warn("push_service_account_missing", {
+          reqId: context.reqId,
+          tenantId,
+          hint: "store B notifications are refused until storeb set-credentials is run " +
+            "again with --push-service-account",
+        });
+      }
+      throw unauthenticated();
+    }
+    try {
+      await deps.pushTokens.verify(authorization, {
+        audience: credentials.pushAudience,
+        serviceAccountEmail: credentials.pushServiceAccount,
+      });
+    } catch (error) {
+      // One message for every UNAUTHENTICATED case, so that a known tenant cannot be told
+      // from an unknown one by the wording; the reason goes to the debug log.
+      if (error instanceof ServiceError && error.code === "UNAUTHENTICATED") {
+        deps.log.debug("push_token_refused", { reqId: context.reqId, reason: error.message });
         throw unauthenticated();
       }
-      try {
-        await deps.pushTokens.verify(authorization, {
-          audience: credentials.pushAudience,
-          serviceAccountEmail: credentials.pushServiceAccount,
-        });
-      } catch (error) {
-        // One message for every UNAUTHENTICATED case, so that a known tenant cannot be told
-        // from an unknown one by the wording; the reason goes to the debug log.
-        if (error instanceof ServiceError && error.code === "UNAUTHENTICATED") {
-          deps.log.debug("push_token_refused", { reqId: context.reqId, reason: error.message });
-          throw unauthenticated();
-        }
-        throw error;
-      }
-      context.tenantId = tenantId;
-      if (!tenant.active) {
-        throw new ServiceError("TENANT_NOT_FOUND", `tenant ${tenantId} is inactive`);
-      }
+      throw error;
+    }
+    context.tenantId = tenantId;
+    if (!tenant.active) {
+      throw new ServiceError("TENANT_NOT_FOUND", `tenant ${tenantId} is inactive`);
+    }
 
-      const envelope = await readValidatedBody(request, pushEnvelopeSchema, RECEIVER_BODY_LIMIT);
-      const { messageId, notification } = decodeStorebNotification(
-        envelope,
-        credentials.packageName,
-      );
-      return await receiptResponse(deps, context, {
-        tenantId,
-        source: "storeb",
-        externalId: messageId,
-        entry: classifyStoreb(notification),
-        data: notification,
-        raw: envelope,
-      });
-    },
+    const envelope = await readValidatedBody(request, pushEnvelopeSchema, RECEIVER_BODY_LIMIT);
+    const { messageId, notification } = decodeStorebNotification(
+      envelope,
+      credentials.packageName,
+    );
+    return await receiptResponse(deps, context, {
+      tenantId,
+      source: "storeb",
+      externalId: messageId,
+      entry: classifyStoreb(notification),
+      data: notification,
+      raw: envelope,
+    });
   };
 }
 

@@ -65,6 +65,11 @@ export class InFlight {
     if (this.#count === 0) return Promise.resolve();
     return new Promise((resolve) => this.#idle.push(resolve));
   }
+
+  /** Starts draining; true once no request is in flight, false if some still are after `ms`. */
+  drainWithin(ms: number): Promise<boolean> {
+    return withDeadline(this.drain(), ms).then(() => true, () => false);
+  }
 }
 
 /**

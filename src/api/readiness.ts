@@ -1,0 +1,98 @@
+/**
+ * The readiness of this process for `/ready` (docs/operations.md, "Health checks"). `/ready`
+ * needs no key, so a failing database is reported without detail: the database's own error text
+ * (which names hosts, users and databases) goes to the log only, once per outage and then at most
+ * once a minute. From the moment the process starts to drain, it is not ready, so that load
+ * balancers stop sending it requests while it finishes those in flight.
+ */
+import { withDeadline } from "../deadline.ts";
+import type { Database } from "../db/connect.ts";
+import type { SecretBox } from "../crypto/secrets.ts";
+import { canaryOpens, readEncryptionCanary } from "../db/settings.ts";
+import type { Logger } from "../log.ts";
+import type { ReadinessReport } from "./health.ts";
+
+/** How long `/ready` waits for the database before reporting it failed. */
+const READY_DB_TIMEOUT_MS = 2_000;
+/** While the database stays down, its failure is logged at most this often, not per probe. */
+const READY_FAILURE_LOG_INTERVAL_MS = 60_000;
+/** The database check when it fails; the reason is in the `readiness_db_failed` log line. */
+const READY_DB_FAILED = "fail: database unavailable, see the log";
+
+/** The `/ready` checks of one process. */
+export class Readiness {
+  #db: Database;
+  #box: SecretBox;
+  #log: Logger;
+  /** The last encryption verdict, kept for when the database cannot be asked. */
+  #encryption = "fail: not checked yet";
+  #verdicts = new Map<string, boolean>();
+  /** When the current outage was last logged (null while the database answers). */
+  #failureLoggedAt: number | null = null;
+  /** Probes that failed in the current outage. */
+  #failedProbes = 0;
+  #draining = false;
+
+  constructor(db: Database, box: SecretBox, log: Logger) {
+    this.#db = db;
+    this.#box = box;
+    this.#log = log;
+  }
+
+  /** From now on the process is not ready: it is shutting down. */
+  startDraining(): void {
+    this.#draining = true;
+  }
+
+  /** The checks, and whether the process is draining. */
+  async check(): Promise<ReadinessReport> {
+    const draining = this.#draining;
+    try {
+      const encryption = await withDeadline(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
+      if (this.#failureLoggedAt !== null) {
+        this.#log.info("readiness_db_recovered", { failedProbes: this.#failedProbes });
+        this.#failureLoggedAt = null;
+        this.#failedProbes = 0;
+      }
+      return { checks: { db: "ok", encryption }, draining };
+    } catch (error) {
+      this.#logFailure(error);
+      return { checks: { db: READY_DB_FAILED, encryption: this.#encryption }, draining };
+    }
+  }
+
+  #logFailure(error: unknown): void {
+    this.#failedProbes++;
+    const now = Date.now();
+    const lastLogged = this.#failureLoggedAt;
+    if (lastLogged !== null && now - lastLogged < READY_FAILURE_LOG_INTERVAL_MS) return;
+    // The reason is logged in production too: the query is fixed, so its error text can only
+    // describe the database and the way to it, which is what the operator needs.
+    const code = (error as { code?: unknown })?.code;
+    this.#log.warn("readiness_db_failed", {
+      reason: error instanceof Error ? error.message : String(error),
+      ...(typeof code === "string" ? { code } : {}),
+      failedProbes: this.#failedProbes,
+      errorClass: error instanceof Error ? error.constructor.name : typeof error,
+    });
+    this.#failureLoggedAt = now;
+  }
+
+  /** Reads the canary (which also proves the database answers) and opens it with our key. */
+  async encryptionCheck(): Promise<string> {
+    const sealed = await readEncryptionCanary(this.#db.sql);
+    if (sealed === null) {
+      this.#encryption = "fail: the database has no encryption canary";
+      return this.#encryption;
+    }
+    let opens = this.#verdicts.get(sealed);
+    if (opens === undefined) {
+      opens = await canaryOpens(this.#box, sealed);
+      this.#verdicts.set(sealed, opens);
+    }
+    this.#encryption = opens
+      ? "ok"
+      : "fail: ENCRYPTION_KEY is not the key this database was set up with";
+    return this.#encryption;
+  }
+}

@@ -1,0 +1,283 @@
+/**
+ * The composition root: builds the service from its configuration (the database, the store
+ * verifiers, the dispatcher, the routes) and returns it ready to serve, with one ordered
+ * teardown. Process concerns (signals, the listening socket, exit codes) are src/serve.ts's.
+ *
+ * Boot order: database (bounded wait) -> migrations -> encryption canary -> the rest. Any failure
+ * stops the boot; what was already started is torn down, newest first.
+ */
+import { type Config, ConfigError } from "./config.ts";
+import type { Logger } from "./log.ts";
+import { connectDatabase, type Database } from "./db/connect.ts";
+import { migrate } from "./db/migrate.ts";
+import { SecretBox } from "./crypto/secrets.ts";
+import { ensureEncryptionCanary } from "./db/settings.ts";
+import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
+import { findTenants } from "./db/tenants.ts";
+import { loadMasterKey } from "./master_key.ts";
+import { Authenticator } from "./auth/authenticator.ts";
+import { RateLimiter } from "./auth/rate_limit.ts";
+import { Router } from "./http/router.ts";
+import { createRequestHandler, InFlight } from "./http/server.ts";
+import { apiRoutes } from "./api/mod.ts";
+import { Readiness } from "./api/readiness.ts";
+import { loadEach, LookupCache } from "./cache.ts";
+import { type Es256Engine, selectEs256Engine } from "./crypto/es256.ts";
+import { readRootCertificates, StoreaJwsVerifier } from "./storea/jws.ts";
+import { StoreaApiClient } from "./storea/api_client.ts";
+import { StoreaTokenSigner } from "./storea/api_token.ts";
+import { StoreaVerifier } from "./storea/verify.ts";
+import { StorebVerifier } from "./storeb/verify.ts";
+import { PushTokenVerifier } from "./storeb/push_token.ts";
+import { SingleFlight } from "./single_flight.ts";
+import { ValidationAudit } from "./audit/validation_audit.ts";
+import { ingestNotification } from "./events/ingest.ts";
+import { Dispatcher } from "./delivery/dispatcher.ts";
+import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
+import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
+
+/** Credential and tenant changes reach the verify and receive paths within this time. */
+const CREDENTIALS_TTL_MS = 1_000;
+
+/** The service, built and running its background work, but not yet listening. */
+export interface App extends AsyncDisposable {
+  /** Answers every HTTP request: the pipeline around the route table. */
+  handler: (request: Request) => Response | Promise<Response>;
+  /** Requests being answered, for a graceful shutdown. */
+  inFlight: InFlight;
+  readiness: Readiness;
+  database: Database["engine"];
+  cryptoEngine: Es256Engine;
+  /**
+   * Stops the background work (delivery claims, retries, audit and key-use flushes) and closes
+   * the database, newest first. Call once no request is in flight.
+   */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Builds the service from `config`. */
+export async function createApp(config: Config, log: Logger): Promise<App> {
+  await using stack = new AsyncDisposableStack();
+  stack.defer(() => log.flush());
+
+  const cryptoEngine = await selectEs256Engine(config.cryptoEngine);
+  const storeaJws = new StoreaJwsVerifier({
+    rootCertificates: await storeaRootCertificates(config, log),
+    engine: cryptoEngine,
+  });
+  const box = new SecretBox(await loadMasterKey(config, log));
+  const db = await connectDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    poolSize: config.databasePoolSize,
+    timeoutMs: config.databaseConnectTimeoutMs,
+    shareEmbedded: true,
+  });
+  stack.defer(() =>
+    db.close().catch((error) => log.warn("database_close_failed", log.errorFields(error)))
+  );
+
+  const applied = await migrate(db.sql);
+  if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
+  await ensureEncryptionCanary(db.sql, box);
+  const readiness = new Readiness(db, box, log);
+  const keyMatches = await readiness.encryptionCheck();
+  if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
+  await warnAboutTenantsWithoutPushAccount(db, log);
+
+  const audit = config.validationAuditEnabled
+    ? await startValidationAudit(db, box, config, log)
+    : null;
+  if (audit !== null) {
+    stack.defer(() =>
+      audit.stop().catch((error) => log.warn("audit_flush_failed", log.errorFields(error)))
+    );
+  }
+  const authenticator = new Authenticator(db.sql, {
+    onFlushError: (error) => log.warn("key_use_flush_failed", log.errorFields(error)),
+  });
+  authenticator.start();
+  stack.defer(() => authenticator.stop());
+  const dispatcher = await startDispatcher(db, box, config, log, stack);
+
+  const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
+    ttlMs: CREDENTIALS_TTL_MS,
+  });
+  // Receivers look up the tenant named in the URL, which anyone can make up: a LookupCache
+  // (src/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
+  // Activation takes effect within the TTL.
+  const tenants = new LookupCache((ids) => findTenants(db.sql, ids), {
+    ttlMs: CREDENTIALS_TTL_MS,
+  });
+  const router = new Router(apiRoutes({
+    version: config.version,
+    log,
+    checkReadiness: () => readiness.check(),
+    authenticator,
+    rateLimiter: new RateLimiter({
+      perSecond: config.rateLimitPerSecond,
+      burst: config.rateLimitBurst,
+    }),
+    credentialsOf: async (tenantId) => (await credentials.get(tenantId))!,
+    flights: new SingleFlight(),
+    audit,
+    storea: new StoreaVerifier({
+      client: new StoreaApiClient({
+        productionUrl: config.storeaApiUrlProduction,
+        sandboxUrl: config.storeaApiUrlSandbox,
+        tokens: new StoreaTokenSigner(),
+      }),
+      jws: storeaJws,
+      timeoutMs: config.upstreamTimeoutMs,
+    }),
+    storeb: new StorebVerifier({
+      apiUrl: config.storebApiUrl,
+      tokenUrl: config.storebTokenUrl,
+      timeoutMs: config.upstreamTimeoutMs,
+    }),
+    jws: storeaJws,
+    pushTokens: new PushTokenVerifier({
+      certsUrl: config.storebOidcCertsUrl,
+      issuers: config.storebOidcIssuers,
+    }),
+    findTenant: (tenantId) => tenants.get(tenantId),
+    ingest: ingestNotification.bind(null, db.sql),
+    onEnqueued: () => dispatcher.kick(),
+  }));
+  const inFlight = new InFlight();
+  const handler = createRequestHandler({
+    router,
+    version: config.version,
+    log,
+    inFlight,
+    deadlineMs: requestDeadlineMs(config.upstreamTimeoutMs),
+  });
+
+  const teardown = stack.move();
+  return {
+    handler,
+    inFlight,
+    readiness,
+    database: db.engine,
+    cryptoEngine,
+    [Symbol.asyncDispose]: () => teardown.disposeAsync(),
+  };
+}
+
+/**
+ * How long a request may take before it is answered 500: room for the longest legitimate path
+ * (store B: a token fetch, the call, and one retry with a fresh token, each bounded by
+ * `UPSTREAM_TIMEOUT`) plus the database, and no more, so an unanswering database cannot hold
+ * requests open.
+ */
+export function requestDeadlineMs(upstreamTimeoutMs: number): number {
+  return 3 * upstreamTimeoutMs + 5_000;
+}
+
+/**
+ * The roots of `STOREA_ROOT_CERTS`, which replace the Apple root pin: worth a warning at every
+ * boot in production. Unreadable roots stop the boot here, naming the variable, rather than fail
+ * every notification later.
+ */
+async function storeaRootCertificates(config: Config, log: Logger): Promise<Uint8Array[]> {
+  if (config.storeaRootCerts.length === 0) return [];
+  let roots: Uint8Array[];
+  try {
+    roots = await readRootCertificates(config.storeaRootCerts);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ConfigError("STOREA_ROOT_CERTS", `cannot be used: ${reason}`);
+  }
+  if (config.env === "production") {
+    log.warn("storea_root_certs_replace_pin", {
+      paths: config.storeaRootCerts,
+      hint: "signed store A data is trusted up to these roots instead of Apple Root CA - G3; " +
+        "unset STOREA_ROOT_CERTS in production",
+    });
+  }
+  return roots;
+}
+
+/** Their store B notifications are refused (docs/operations.md, "Store B (Google Play)"). */
+async function warnAboutTenantsWithoutPushAccount(db: Database, log: Logger): Promise<void> {
+  const withoutPushAccount = await tenantsWithoutPushServiceAccount(db.sql);
+  if (withoutPushAccount.count > 0) {
+    log.warn("tenants_without_push_service_account", {
+      ...withoutPushAccount,
+      hint: "run storeb set-credentials again with --push-service-account for each",
+    });
+  }
+}
+
+/**
+ * Starts the validation audit: batched background writes, and with a retention period a prune
+ * at boot and then daily (a `Deno.cron` job; every replica may run it, deleting is idempotent).
+ */
+async function startValidationAudit(
+  db: Database,
+  box: SecretBox,
+  config: Config,
+  log: Logger,
+): Promise<ValidationAudit> {
+  const audit = new ValidationAudit(db.sql, box, {
+    onFlushError: (error, dropped) =>
+      log.warn("audit_flush_failed", { dropped, ...log.errorFields(error) }),
+  });
+  audit.start();
+  const retentionDays = config.validationAuditRetentionDays;
+  if (retentionDays === null) {
+    log.warn("validation_audit_enabled_no_retention", {
+      hint: "set VALIDATION_AUDIT_RETENTION_DAYS to prune old audit rows",
+    });
+    return audit;
+  }
+  const prune = async () => {
+    try {
+      const deleted = await audit.prune(retentionDays);
+      log.info("validation_audit_pruned", { deleted, retentionDays });
+    } catch (error) {
+      log.warn("validation_audit_prune_failed", log.errorFields(error));
+    }
+  };
+  await prune();
+  Deno.cron("validation audit retention", "17 3 * * *", prune);
+  return audit;
+}
+
+/**
+ * Starts this process's dispatcher: a sweep now (deliveries left by a stopped or killed process
+ * are due again), then every minute from `Deno.cron`, and whenever an admin command requeues
+ * deliveries. Its teardown (stop claiming, wait for attempts in flight) goes on `stack`.
+ */
+async function startDispatcher(
+  db: Database,
+  box: SecretBox,
+  config: Config,
+  log: Logger,
+  stack: AsyncDisposableStack,
+): Promise<Dispatcher> {
+  logCallbackPolicy(config, log);
+  const dispatcher = new Dispatcher({
+    sql: db.sql,
+    box,
+    log,
+    version: config.version,
+    retryScheduleMs: config.deliveryRetryScheduleMs,
+    timeoutMs: config.deliveryTimeoutMs,
+    concurrency: config.deliveryConcurrency,
+    tenantConcurrency: config.deliveryTenantConcurrency,
+    callbackPolicy: callbackPolicyOf(config),
+  });
+  stack.defer(() => dispatcher.stop());
+  const sweeps = new AbortController();
+  stack.defer(() => sweeps.abort());
+  await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());
+  dispatcher.kick();
+  Deno.cron(
+    "delivery retry sweep",
+    "* * * * *",
+    { signal: sweeps.signal },
+    () => dispatcher.sweep(),
+  );
+  return dispatcher;
+}
