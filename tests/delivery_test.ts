@@ -206,9 +206,11 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
     });
 
     await t.step("an inactive tenant's deliveries wait until it is activated", async () => {
-      receiver.script({ status: 500 });
+      // The retry is asked for 6 s later, so the deactivation lands before it falls due however
+      // long the CLI takes to start; past its due time it must still not be attempted.
+      receiver.script({ status: 503, headers: { "Retry-After": "6" } });
       const eventId = await relay.notify();
-      await eventually(
+      const first = await eventually(
         async () => {
           const found = await deliveryOf(sql, eventId);
           return found?.attempts === 1 ? found : undefined;
@@ -217,7 +219,8 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
         "first attempt",
       );
       await cliOk(service, "tenant", "deactivate", relay.tenantId);
-      await new Promise((resolve) => setTimeout(resolve, 2500));
+      const due = new Date(first.next_attempt_at).getTime();
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, due - Date.now()) + 2500));
       const waiting = await deliveryOf(sql, eventId);
       assert.equal(waiting.status, "pending");
       assert.equal(waiting.attempts, 1, "no attempt while inactive");

@@ -15,6 +15,7 @@ import {
   ENGINE,
   freshDatabase,
   type LogLine,
+  readProcFile,
   runCli,
   type RunningService,
   startService,
@@ -257,7 +258,7 @@ Deno.test("CLI: a webhook secret from a file or standard input, never in the com
             let cmdline = "";
             for (let i = 0; i < 100 && !cmdline.includes("main.ts"); i++) {
               await sleep(50);
-              cmdline = await Deno.readTextFile(`/proc/${pid}/cmdline`);
+              cmdline = await readProcFile(pid, "cmdline");
             }
             assert.ok(cmdline.includes("--webhook-secret-file"), cmdline);
             assert.ok(!cmdline.includes(piped));

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import type { Es256Engine } from "../../src/crypto/es256.ts";
-import { ENGINE, startService, stopAndDrop } from "../helpers/service.ts";
+import { ENGINE, readProcFile, startService, stopAndDrop } from "../helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "../helpers/fixtures.ts";
 import { assertError, cliOk, postJson } from "../helpers/relay.ts";
 
@@ -85,15 +85,10 @@ function attackPayloads(x5c: string[], payload: string, count: number): string[]
 
 /** Resident memory (VmRSS) and CPU time (utime + stime) of `pid`, from `/proc`. */
 async function processUsage(pid: number): Promise<{ rssBytes: number; cpuMs: number }> {
-  // Read through `cat`: Deno reads /proc of another process only with every permission.
-  const read = async (path: string) => {
-    const { stdout } = await new Deno.Command("cat", { args: [path] }).output();
-    return new TextDecoder().decode(stdout);
-  };
-  const status = await read(`/proc/${pid}/status`);
+  const status = await readProcFile(pid, "status");
   const rssKb = Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]);
   // Fields 14 and 15 of /proc/<pid>/stat, counted after the command name's closing parenthesis.
-  const stat = await read(`/proc/${pid}/stat`);
+  const stat = await readProcFile(pid, "stat");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   const ticks = Number(fields[11]) + Number(fields[12]);
   const { stdout } = await new Deno.Command("getconf", { args: ["CLK_TCK"] }).output();

@@ -358,3 +358,12 @@ export function databaseOf(service: RunningService): postgres.Sql {
     onnotice: () => {},
   });
 }
+
+/**
+ * A file of `/proc/<pid>/`, read through `cat`: Deno reads another process's `/proc` entries only
+ * with every permission, which the test tasks do not grant.
+ */
+export async function readProcFile(pid: number, name: string): Promise<string> {
+  const { stdout } = await new Deno.Command("cat", { args: [`/proc/${pid}/${name}`] }).output();
+  return new TextDecoder().decode(stdout);
+}
