@@ -67,7 +67,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
     commands: [
       {
         words: ["serve"],
-        summary: "run the service: HTTP, notification receivers, delivery dispatcher",
+        summary: "run the service: HTTP API, receivers, deliveries",
         description:
           "Applies pending migrations, then answers HTTP on HOST:PORT and sends deliveries, logging JSON lines on stdout, until SIGTERM or SIGINT. With `migrate`, the only command that changes the database schema. It must be named: with no command at all, the program prints the help.",
       },
