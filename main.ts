@@ -1,15 +1,15 @@
 /**
- * purchase-relay: `serve` (the default), `migrate`, `version` and the admin commands.
+ * purchase-relay: `serve` runs the service; every other command is the admin CLI (src/cli/mod.ts),
+ * and no command at all prints its help.
  * @module
  */
-import { readConfig, readEnvironment } from "./src/config.ts";
+import { type Config, readConfig, readEnvironment } from "./src/config.ts";
 import { log, Logger } from "./src/log.ts";
 import { serve } from "./src/serve.ts";
 import { type CliContext, openForCli, runCli } from "./src/cli/mod.ts";
 
 async function main(args: string[]): Promise<number> {
-  const command = args[0] ?? "serve";
-  if (command === "serve" && args.length <= 1) return await runServer();
+  if (args.length === 1 && args[0] === "serve") return await runServer();
   return await runAdmin(args);
 }
 
@@ -30,29 +30,26 @@ async function runServer(): Promise<number> {
 }
 
 async function runAdmin(args: string[]): Promise<number> {
-  // Commands print one JSON object on stdout; their logs go to stderr.
+  // Commands print their result on stdout; their logs go to stderr.
   const cliLog = new Logger({ write: (bytes) => Deno.stderr.writeSync(bytes) });
-  let config;
-  try {
-    config = readConfig(readEnvironment());
-  } catch (error) {
-    const message = error instanceof Error ? error.message : String(error);
-    Deno.stderr.writeSync(
-      new TextEncoder().encode(JSON.stringify({ error: "CONFIG_INVALID", message }) + "\n"),
-    );
-    return 1;
-  }
-  cliLog.configure({ level: "warn", production: config.env === "production" });
-  let opened: Awaited<ReturnType<typeof openForCli>> | undefined;
+  let config: Config | undefined;
+  let opened: ReturnType<typeof openForCli> | undefined;
   const context: CliContext = {
-    config,
+    // Read when a command first needs it: help works whatever the environment holds.
+    get config() {
+      if (config === undefined) {
+        config = readConfig(readEnvironment());
+        cliLog.configure({ level: "warn", production: config.env === "production" });
+      }
+      return config;
+    },
     log: cliLog,
-    open: async () => (opened ??= await openForCli(config, cliLog)),
+    open: (options) => (opened ??= openForCli(context.config, cliLog, options)),
   };
   try {
     return await runCli(args, context);
   } finally {
-    await opened?.db.close().catch(() => {});
+    await opened?.then((open) => open.db.close()).catch(() => {});
     cliLog.flush();
   }
 }

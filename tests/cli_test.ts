@@ -106,7 +106,7 @@ function assertNoPem(output: string, pem: string, what: string): void {
 }
 
 async function withDatabase(fn: (db: TestDatabase) => Promise<void>): Promise<void> {
-  const db = await freshDatabase();
+  const db = await freshDatabase({ migrated: true });
   try {
     await fn(db);
   } finally {
@@ -129,24 +129,14 @@ Deno.test("cli: version prints {version}; migrate applies the migrations once", 
     await Deno.remove(scratch, { recursive: true }).catch(() => {});
   }
 
-  // A database that has never been migrated: an empty PostgreSQL database, or an empty DATA_DIR
-  // (the harness's embedded databases are copies of an already migrated template).
+  // A database that has never been migrated: an empty PostgreSQL database, or an empty DATA_DIR.
   const migrations = [...Deno.readDirSync(new URL("../migrations/", import.meta.url))]
     .map((entry) => entry.name)
     .filter((name) => /^\d{4}_[a-z0-9_]+\.sql$/.test(name))
     .sort();
   assert.ok(migrations.length > 0);
-  let env: Record<string, string>;
-  let cleanup: () => Promise<void>;
-  if (ENGINE === "postgresql") {
-    const db = await freshDatabase();
-    env = db.env;
-    cleanup = () => db.drop();
-  } else {
-    const dir = await Deno.makeTempDir({ prefix: "pr-cli-" });
-    env = { DATA_DIR: dir };
-    cleanup = () => Deno.remove(dir, { recursive: true }).catch(() => {});
-  }
+  const empty = await freshDatabase({ migrated: false });
+  const env = empty.env;
   try {
     const first = ok(await runCli(["migrate"], env), "first migrate");
     const second = ok(await runCli(["migrate"], env), "second migrate");
@@ -157,7 +147,7 @@ Deno.test("cli: version prints {version}; migrate applies the migrations once", 
       "the first migrate on an empty database prints the migrations it applied",
     );
   } finally {
-    await cleanup();
+    await empty.drop();
   }
 });
 
@@ -781,7 +771,7 @@ Deno.test("cli: works while the service runs, and the service accepts the key at
 });
 
 Deno.test("cli: works with no service running, and a service started later sees its writes", async () => {
-  const db = await freshDatabase();
+  const db = await freshDatabase({ migrated: true });
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   try {
     const tenant = ok(await runCli(["tenant", "create", "--name", "Offline"], db.env), "create");

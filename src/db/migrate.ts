@@ -49,3 +49,30 @@ export async function migrate(sql: Sql, migrations?: Migration[]): Promise<strin
     return applied;
   });
 }
+
+/** How a database's recorded migrations compare with the files of this build. */
+export interface SchemaState {
+  /** This build's files the database has not applied (all of them on a new database). */
+  missing: string[];
+  /** Migrations the database records that this build has no file for: a newer build's. */
+  unknown: string[];
+  /** Whether the database has no migrations recorded at all. */
+  empty: boolean;
+}
+
+/** Compares `schema_migrations` with this build's files without changing anything. */
+export async function compareSchema(sql: Sql, migrations?: Migration[]): Promise<SchemaState> {
+  const files = (migrations ?? await readMigrations()).map((file) => file.name);
+  const [{ present }] = await sql`
+    SELECT to_regclass('schema_migrations') IS NOT NULL AS present`;
+  const recorded: string[] = present
+    ? (await sql`SELECT name FROM schema_migrations ORDER BY name`).map((row) => row.name)
+    : [];
+  const known = new Set(files);
+  const done = new Set(recorded);
+  return {
+    missing: files.filter((name) => !done.has(name)),
+    unknown: recorded.filter((name) => !known.has(name)),
+    empty: recorded.length === 0,
+  };
+}

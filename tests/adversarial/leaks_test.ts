@@ -211,7 +211,7 @@ Deno.test("STOREA_ROOT_CERTS: a warning at a production boot, the variable named
 
 Deno.test("CLI: a webhook secret from a file or standard input, never in the command line", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "pr-cli-secret-" });
-  const db = await freshDatabase();
+  const db = await freshDatabase({ migrated: true });
   const receiver = await startCallbackReceiver();
   const cli = (...args: string[]) => runCli(args, db.env);
   /** Whether the tenant's deliveries are signed with `secret`, asked through `webhook test`. */

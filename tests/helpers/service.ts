@@ -6,6 +6,7 @@
 import postgres from "postgres";
 import { join } from "node:path";
 import { servicePermissions } from "../../src/permissions.ts";
+import { migrate } from "../../src/db/migrate.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A fixed master key for tests (base64 of 32 bytes). */
@@ -24,9 +25,29 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** Creates an empty database (PostgreSQL) or a fresh data directory (embedded). */
-export async function freshDatabase(): Promise<TestDatabase> {
+/** Options of {@linkcode freshDatabase}. */
+export interface FreshDatabaseOptions {
+  /**
+   * `true`: migrated, as `purchase-relay migrate` leaves it, for CLI commands run without a
+   * service (only `serve` and `migrate` change the schema). `false`: empty, no schema at all.
+   * Unset: whatever is quickest for a service, which migrates at boot (an empty PostgreSQL
+   * database; an embedded one copied from a migrated template).
+   */
+  migrated?: boolean;
+}
+
+/** Creates a database of its own: a PostgreSQL database, or a data directory (embedded). */
+export async function freshDatabase(options: FreshDatabaseOptions = {}): Promise<TestDatabase> {
   const dataDir = await Deno.makeTempDir({ prefix: "pr-test-" });
+  if (!ADMIN_URL && options.migrated === false) {
+    return {
+      env: { DATA_DIR: dataDir },
+      dataDir,
+      async drop() {
+        await Deno.remove(dataDir, { recursive: true }).catch(() => {});
+      },
+    };
+  }
   if (ADMIN_URL) {
     const name = `pr_test_${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
     const admin = postgres(ADMIN_URL, { max: 1, onnotice: () => {} });
@@ -34,6 +55,14 @@ export async function freshDatabase(): Promise<TestDatabase> {
     await admin.end();
     const url = new URL(ADMIN_URL);
     url.pathname = `/${name}`;
+    if (options.migrated) {
+      const sql = postgres(url.toString(), { max: 1, onnotice: () => {} });
+      try {
+        await migrate(sql);
+      } finally {
+        await sql.end();
+      }
+    }
     return {
       env: { DATABASE_URL: url.toString(), DATA_DIR: dataDir },
       dataDir,
