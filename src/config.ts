@@ -20,6 +20,12 @@ export interface Config {
   /** PostgreSQL URL; `null` selects the embedded engine in `dataDir`. */
   databaseUrl: string | null;
   databasePoolSize: number;
+  /** A transaction pooler (`transaction`) gets no prepared statements and no LISTEN. */
+  databasePooler: "none" | "transaction";
+  /** A URL that gives LISTEN a session of its own, past a transaction pooler. */
+  databaseListenUrl: string | null;
+  /** CA certificates (PEM) that PostgreSQL's certificate must chain to with `verify-full`. */
+  databaseCaFile: string | null;
   /** How long boot waits for the database before giving up. */
   databaseConnectTimeoutMs: number;
   dataDir: string;
@@ -81,6 +87,12 @@ export function readConfig(env: Env): Config {
     throw new ConfigError("ENCRYPTION_KEY", "is required when NODE_ENV is production");
   }
   const retentionText = value("VALIDATION_AUDIT_RETENTION_DAYS");
+  for (const name of ["DATABASE_POOLER", "DATABASE_LISTEN_URL", "DATABASE_CA_FILE"]) {
+    // They describe the way to PostgreSQL; without DATABASE_URL they would be silently ignored.
+    if (value(name) !== undefined && value("DATABASE_URL") === undefined) {
+      throw new ConfigError(name, "is set, but DATABASE_URL is not");
+    }
+  }
 
   return {
     port: integer("PORT", value("PORT") ?? "8080", 0, 65535),
@@ -94,6 +106,13 @@ export function readConfig(env: Env): Config {
     version: serviceVersion(value("SERVICE_VERSION") ?? BUILD_VERSION),
     databaseUrl: databaseUrl(value("DATABASE_URL")),
     databasePoolSize: integer("DATABASE_POOL_SIZE", value("DATABASE_POOL_SIZE") ?? "10", 1, 1000),
+    databasePooler: oneOf(
+      "DATABASE_POOLER",
+      value("DATABASE_POOLER") ?? "none",
+      ["none", "transaction"] as const,
+    ),
+    databaseListenUrl: databaseUrl(value("DATABASE_LISTEN_URL"), "DATABASE_LISTEN_URL"),
+    databaseCaFile: value("DATABASE_CA_FILE") ?? null,
     databaseConnectTimeoutMs: duration(
       "DATABASE_CONNECT_TIMEOUT",
       value("DATABASE_CONNECT_TIMEOUT") ?? "30s",
@@ -241,17 +260,17 @@ function httpUrl(name: string, text: string): string {
   return text.replace(/\/+$/, "");
 }
 
-function databaseUrl(text: string | undefined): string | null {
+function databaseUrl(text: string | undefined, name = "DATABASE_URL"): string | null {
   if (text === undefined) return null;
   let url: URL;
   try {
     url = new URL(text);
   } catch {
     // The URL may hold a password: name the variable, not the value.
-    throw new ConfigError("DATABASE_URL", "is not a URL");
+    throw new ConfigError(name, "is not a URL");
   }
   if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
-    throw new ConfigError("DATABASE_URL", "must start with postgres:// or postgresql://");
+    throw new ConfigError(name, "must start with postgres:// or postgresql://");
   }
   return text;
 }

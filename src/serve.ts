@@ -9,6 +9,7 @@ import type { Config } from "./config.ts";
 import type { Logger } from "./log.ts";
 import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
+import { NOTIFY_POLL_INTERVAL_MS } from "./db/pooler.ts";
 import { SecretBox } from "./crypto/secrets.ts";
 import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "./db/settings.ts";
 import { loadCredentials, type TenantCredentials } from "./db/credentials.ts";
@@ -59,6 +60,9 @@ export async function serve(config: Config, log: Logger): Promise<void> {
     poolSize: config.databasePoolSize,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: true,
+    pooler: config.databasePooler,
+    listenUrl: config.databaseListenUrl,
+    caFile: config.databaseCaFile,
   });
   let server: Deno.HttpServer | undefined;
   let authenticator: Authenticator | undefined;
@@ -260,6 +264,12 @@ async function startDispatcher(
     allowInsecure: config.callbackAllowInsecure,
   });
   await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());
+  if (config.databasePooler === "transaction" && config.databaseListenUrl === null) {
+    log.info("delivery_wakeup_polling", {
+      intervalMs: NOTIFY_POLL_INTERVAL_MS,
+      hint: "set DATABASE_LISTEN_URL to a direct connection for immediate wake-ups",
+    });
+  }
   dispatcher.kick();
   Deno.cron("delivery retry sweep", "* * * * *", { signal }, () => dispatcher.sweep());
   return dispatcher;

@@ -484,6 +484,9 @@ export async function openForCli(config: Config, log: Logger) {
     poolSize: 2,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: false,
+    // Commands never LISTEN, so they leave DATABASE_LISTEN_URL alone.
+    pooler: config.databasePooler,
+    caFile: config.databaseCaFile,
   });
   try {
     const applied = await migrate(db.sql);
