@@ -87,12 +87,6 @@ export function readConfig(env: Env): Config {
     throw new ConfigError("ENCRYPTION_KEY", "is required when NODE_ENV is production");
   }
   const retentionText = value("VALIDATION_AUDIT_RETENTION_DAYS");
-  for (const name of ["DATABASE_POOLER", "DATABASE_LISTEN_URL", "DATABASE_CA_FILE"]) {
-    // They describe the way to PostgreSQL; without DATABASE_URL they would be silently ignored.
-    if (value(name) !== undefined && value("DATABASE_URL") === undefined) {
-      throw new ConfigError(name, "is set, but DATABASE_URL is not");
-    }
-  }
 
   return {
     port: integer("PORT", value("PORT") ?? "8080", 0, 65535),
@@ -108,11 +102,17 @@ export function readConfig(env: Env): Config {
     databasePoolSize: integer("DATABASE_POOL_SIZE", value("DATABASE_POOL_SIZE") ?? "10", 1, 1000),
     databasePooler: oneOf(
       "DATABASE_POOLER",
-      value("DATABASE_POOLER") ?? "none",
+      withDatabaseUrl("DATABASE_POOLER", value("DATABASE_POOLER"), value("DATABASE_URL")) ??
+        "none",
       ["none", "transaction"] as const,
     ),
-    databaseListenUrl: databaseUrl(value("DATABASE_LISTEN_URL"), "DATABASE_LISTEN_URL"),
-    databaseCaFile: value("DATABASE_CA_FILE") ?? null,
+    databaseListenUrl: databaseUrl(
+      withDatabaseUrl("DATABASE_LISTEN_URL", value("DATABASE_LISTEN_URL"), value("DATABASE_URL")),
+      "DATABASE_LISTEN_URL",
+    ),
+    databaseCaFile:
+      withDatabaseUrl("DATABASE_CA_FILE", value("DATABASE_CA_FILE"), value("DATABASE_URL")) ??
+        null,
     databaseConnectTimeoutMs: duration(
       "DATABASE_CONNECT_TIMEOUT",
       value("DATABASE_CONNECT_TIMEOUT") ?? "30s",
@@ -271,6 +271,18 @@ function databaseUrl(text: string | undefined, name = "DATABASE_URL"): string | 
   }
   if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
     throw new ConfigError(name, "must start with postgres:// or postgresql://");
+  }
+  return text;
+}
+
+/** A variable about the way to PostgreSQL: refused without DATABASE_URL, which would ignore it. */
+function withDatabaseUrl(
+  name: string,
+  text: string | undefined,
+  databaseUrl: string | undefined,
+): string | undefined {
+  if (text !== undefined && databaseUrl === undefined) {
+    throw new ConfigError(name, "is set, but DATABASE_URL is not");
   }
   return text;
 }
