@@ -10,6 +10,7 @@ import { type Config, ConfigError } from "./config.ts";
 import type { Logger } from "./log.ts";
 import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
+import { NOTIFY_POLL_INTERVAL_MS } from "./db/pooler.ts";
 import { SecretBox } from "./crypto/secrets.ts";
 import { ensureEncryptionCanary } from "./db/settings.ts";
 import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
@@ -72,6 +73,9 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     poolSize: config.databasePoolSize,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: true,
+    pooler: config.databasePooler,
+    listenUrl: config.databaseListenUrl,
+    caFile: config.databaseCaFile,
   });
   stack.defer(() =>
     db.close().catch((error) => log.warn("database_close_failed", log.errorFields(error)))
@@ -272,6 +276,12 @@ async function startDispatcher(
   const sweeps = new AbortController();
   stack.defer(() => sweeps.abort());
   await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());
+  if (config.databasePooler === "transaction" && config.databaseListenUrl === null) {
+    log.info("delivery_wakeup_polling", {
+      intervalMs: NOTIFY_POLL_INTERVAL_MS,
+      hint: "set DATABASE_LISTEN_URL to a direct connection for immediate wake-ups",
+    });
+  }
   dispatcher.kick();
   Deno.cron(
     "delivery retry sweep",

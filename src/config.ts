@@ -20,6 +20,12 @@ export interface Config {
   /** PostgreSQL URL; `null` selects the embedded engine in `dataDir`. */
   databaseUrl: string | null;
   databasePoolSize: number;
+  /** A transaction pooler (`transaction`) gets no prepared statements and no LISTEN. */
+  databasePooler: "none" | "transaction";
+  /** A URL that gives LISTEN a session of its own, past a transaction pooler. */
+  databaseListenUrl: string | null;
+  /** CA certificates (PEM) that PostgreSQL's certificate must chain to with `verify-full`. */
+  databaseCaFile: string | null;
   /** How long boot waits for the database before giving up. */
   databaseConnectTimeoutMs: number;
   dataDir: string;
@@ -108,6 +114,19 @@ export function readConfig(env: Env): Config {
     version: serviceVersion(value("SERVICE_VERSION") ?? BUILD_VERSION),
     databaseUrl: databaseUrl(value("DATABASE_URL")),
     databasePoolSize: integer("DATABASE_POOL_SIZE", value("DATABASE_POOL_SIZE") ?? "10", 1, 1000),
+    databasePooler: oneOf(
+      "DATABASE_POOLER",
+      withDatabaseUrl("DATABASE_POOLER", value("DATABASE_POOLER"), value("DATABASE_URL")) ??
+        "none",
+      ["none", "transaction"] as const,
+    ),
+    databaseListenUrl: databaseUrl(
+      withDatabaseUrl("DATABASE_LISTEN_URL", value("DATABASE_LISTEN_URL"), value("DATABASE_URL")),
+      "DATABASE_LISTEN_URL",
+    ),
+    databaseCaFile:
+      withDatabaseUrl("DATABASE_CA_FILE", value("DATABASE_CA_FILE"), value("DATABASE_URL")) ??
+        null,
     databaseConnectTimeoutMs: duration(
       "DATABASE_CONNECT_TIMEOUT",
       value("DATABASE_CONNECT_TIMEOUT") ?? "30s",
@@ -291,17 +310,29 @@ function httpUrl(name: string, text: string): string {
   return text.replace(/\/+$/, "");
 }
 
-function databaseUrl(text: string | undefined): string | null {
+function databaseUrl(text: string | undefined, name = "DATABASE_URL"): string | null {
   if (text === undefined) return null;
   let url: URL;
   try {
     url = new URL(text);
   } catch {
     // The URL may hold a password: name the variable, not the value.
-    throw new ConfigError("DATABASE_URL", "is not a URL");
+    throw new ConfigError(name, "is not a URL");
   }
   if (url.protocol !== "postgres:" && url.protocol !== "postgresql:") {
-    throw new ConfigError("DATABASE_URL", "must start with postgres:// or postgresql://");
+    throw new ConfigError(name, "must start with postgres:// or postgresql://");
+  }
+  return text;
+}
+
+/** A variable about the way to PostgreSQL: refused without DATABASE_URL, which would ignore it. */
+function withDatabaseUrl(
+  name: string,
+  text: string | undefined,
+  databaseUrl: string | undefined,
+): string | undefined {
+  if (text !== undefined && databaseUrl === undefined) {
+    throw new ConfigError(name, "is set, but DATABASE_URL is not");
   }
   return text;
 }

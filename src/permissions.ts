@@ -65,6 +65,7 @@ export function servicePermissions(
       ...data,
       ...(embedded ? [embeddedEngineFiles()] : []),
       ...config.storeaRootCerts,
+      ...(config.databaseCaFile === null ? [] : [config.databaseCaFile]),
       ...fileOptions(args),
     ],
     writes: data,

@@ -129,6 +129,16 @@ Deno.test("permissions: STOREA_ROOT_CERTS files are readable, and only they", ()
   ]);
 });
 
+Deno.test("permissions: DATABASE_CA_FILE is readable", () => {
+  const flags = servicePermissions({
+    DATABASE_URL: `${POSTGRES}?sslmode=verify-full`,
+    DATABASE_CA_FILE: "/etc/relay/db-ca.pem",
+    ENCRYPTION_KEY: KEY,
+  });
+  assertLeastPrivilege(flags, true);
+  assert.deepEqual(scopeOf(flags, "--allow-read"), [MIGRATIONS, "/etc/relay/db-ca.pem"]);
+});
+
 Deno.test("permissions: CRYPTO_ENGINE=webcrypto loads no library", () => {
   const flags = servicePermissions({ CRYPTO_ENGINE: "webcrypto" });
   assertLeastPrivilege(flags);

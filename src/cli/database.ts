@@ -30,6 +30,9 @@ export async function openForCli(
     poolSize: 2,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: false,
+    // Commands never LISTEN, so they leave DATABASE_LISTEN_URL alone.
+    pooler: config.databasePooler,
+    caFile: config.databaseCaFile,
   });
   try {
     let applied: string[] = [];

@@ -6,6 +6,13 @@ import postgres from "postgres";
 import net from "node:net";
 import { join, resolve } from "node:path";
 import { type EmbeddedServer, SOCKET_NAME, startEmbeddedServer } from "./embedded.ts";
+import {
+  type DatabasePooler,
+  pollInsteadOfListen,
+  sessionsAreShared,
+  sharedSessionsError,
+} from "./pooler.ts";
+import { certificateError, type PostgresTls, postgresTls, readCaFile } from "./postgres_tls.ts";
 
 /** The SQL client type used across the service. */
 export type Sql = postgres.Sql;
@@ -17,6 +24,7 @@ export interface Database {
   /**
    * Calls `onNotify` whenever any process runs `NOTIFY channel`. A process that uses an embedded
    * engine hosted by another process hears nothing (it relies on its periodic work instead).
+   * Behind a transaction pooler without `DATABASE_LISTEN_URL` it is called every 5 s instead.
    */
   listen(channel: string, onNotify: () => void): Promise<void>;
   close(): Promise<void>;
@@ -35,6 +43,12 @@ export interface ConnectOptions {
    * running opens the engine privately and releases it when done.
    */
   shareEmbedded: boolean;
+  /** What sits between the service and PostgreSQL (`DATABASE_POOLER`); `none` by default. */
+  pooler?: DatabasePooler;
+  /** A URL that gives `LISTEN` a session of its own (`DATABASE_LISTEN_URL`). */
+  listenUrl?: string | null;
+  /** CA certificates for `sslmode=verify-full` (`DATABASE_CA_FILE`). */
+  caFile?: string | null;
 }
 
 /** A database that could not be reached within the wait. */
@@ -53,36 +67,107 @@ export async function connectDatabase(options: ConnectOptions): Promise<Database
 }
 
 async function connectPostgres(url: string, options: ConnectOptions): Promise<Database> {
-  const sql = postgres(url, {
-    max: options.poolSize,
+  const pooler = options.pooler ?? "none";
+  const ca = options.caFile ? await readCaFile(options.caFile) : null;
+  const mainTls = postgresTls(url, "DATABASE_URL", ca);
+  const listenAt = options.listenUrl
+    ? { url: options.listenUrl, tls: postgresTls(options.listenUrl, "DATABASE_LISTEN_URL", ca) }
+    : null;
+  const clientOptions = (tls: PostgresTls, max: number) => ({
+    max,
     connect_timeout: 5,
     idle_timeout: 60,
     onnotice: () => {},
     connection: { application_name: "purchase-relay" },
+    ssl: tls.ssl,
+    // Behind a transaction pooler the next transaction may run in another session, which does not
+    // know a statement prepared in this one: send unnamed statements only.
+    prepare: pooler !== "transaction",
   });
+  const sql = postgres(url, clientOptions(mainTls, options.poolSize));
+  // LISTEN needs a session of its own: DATABASE_LISTEN_URL when set, else DATABASE_URL.
+  const listener = listenAt && postgres(listenAt.url, clientOptions(listenAt.tls, 1));
   const deadline = Date.now() + options.timeoutMs;
+  try {
+    await waitUntilAnswers(sql, mainTls, deadline, options.timeoutMs);
+    if (pooler === "none") {
+      await refuseSharedSessions(url, clientOptions(mainTls, 2), "DATABASE_URL");
+    }
+    if (listenAt && listener) {
+      await waitUntilAnswers(listener, listenAt.tls, deadline, options.timeoutMs);
+      await refuseSharedSessions(
+        listenAt.url,
+        clientOptions(listenAt.tls, 2),
+        "DATABASE_LISTEN_URL",
+      );
+    }
+  } catch (error) {
+    await sql.end({ timeout: 0 }).catch(() => {});
+    await listener?.end({ timeout: 0 }).catch(() => {});
+    throw error;
+  }
+  const stopPolling: (() => void)[] = [];
+  const stopListening = async () => {
+    for (const stop of stopPolling) stop();
+    await listener?.end({ timeout: 0 });
+  };
+  return {
+    sql,
+    engine: "postgresql",
+    listen: async (channel, onNotify) => {
+      if (listener === null && pooler === "transaction") {
+        // A LISTEN through the pooler would hear nothing: look for work on a timer instead.
+        stopPolling.push(pollInsteadOfListen(onNotify));
+        return;
+      }
+      // npm:postgres listens on a dedicated connection and re-listens after reconnecting.
+      await (listener ?? sql).listen(channel, () => onNotify());
+    },
+    // The listener only listens: nothing of it is in flight to wait for.
+    close: () => sql.end({ timeout: 5 }).finally(stopListening),
+  };
+}
+
+/**
+ * Waits until `sql` answers, retrying until `deadline`; a certificate that fails
+ * `sslmode=verify-full` stops the wait at once, since retrying cannot make it match.
+ */
+async function waitUntilAnswers(
+  sql: Sql,
+  tls: PostgresTls,
+  deadline: number,
+  timeoutMs: number,
+): Promise<void> {
   while (true) {
     try {
       await sql`SELECT 1`;
-      break;
+      return;
     } catch (error) {
+      const mismatch = typeof tls.ssl === "object" ? certificateError(error, tls) : null;
+      if (mismatch) throw mismatch;
       if (Date.now() >= deadline) {
-        await sql.end({ timeout: 0 }).catch(() => {});
         throw new DatabaseUnavailableError(
-          `PostgreSQL did not answer within ${options.timeoutMs} ms: ${describe(error)}`,
+          `PostgreSQL did not answer within ${timeoutMs} ms: ${describe(error)}`,
           { cause: error },
         );
       }
       await sleep(Math.min(500, Math.max(0, deadline - Date.now())));
     }
   }
-  return {
-    sql,
-    engine: "postgresql",
-    // npm:postgres listens on a dedicated connection and re-listens after reconnecting.
-    listen: async (channel, onNotify) => void await sql.listen(channel, () => onNotify()),
-    close: () => sql.end({ timeout: 5 }),
-  };
+}
+
+/** Fails the boot when `url` turns out to share PostgreSQL sessions between its connections. */
+async function refuseSharedSessions(
+  url: string,
+  clientOptions: postgres.Options<Record<string, never>>,
+  variable: "DATABASE_URL" | "DATABASE_LISTEN_URL",
+): Promise<void> {
+  const probe = postgres(url, { ...clientOptions, prepare: false });
+  try {
+    if (await sessionsAreShared(probe)) throw sharedSessionsError(variable);
+  } finally {
+    await probe.end({ timeout: 0 }).catch(() => {});
+  }
 }
 
 async function connectEmbedded(options: ConnectOptions): Promise<Database> {
