@@ -254,7 +254,12 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
     `- server CPU per request (CPU time over requests; steadier than req/s when other ` +
     `processes share the server's core): bare ${cpuMicros(result.bare)}, floor ${
       cpuMicros(result.floor)
-    }, service ${cpuMicros(service)} µs`,
+    }, service ${cpuMicros(service)} µs: on a whole core the service would keep ${
+      pct(
+        (result.floor.serverCpuCores / result.floor.requestsPerSecond) /
+          (service.serverCpuCores / service.requestsPerSecond),
+      )
+    } of the floor's req/s`,
     `- on the embedded engine (not judged, one run): ${pct(result.ratioEmbedded)} of bare, ` +
     `peak RSS ${serviceEmbedded.rssMb.toFixed(1)} MB, most of it the in-process database`,
     `- load average (1 min) when each round began: ${

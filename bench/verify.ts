@@ -425,7 +425,9 @@ export function formatVerifyGoal(result: StoreVerifyResult): string {
     `- server CPU per request, closed loop (CPU time over requests; steadier than req/s when ` +
     `other processes share the server's core): ${
       servers.map((server) => `${server.name} ${cpuMicros(server).toFixed(0)} µs`).join(", ")
-    }; ${floorName} / service ${pct(cpuMicros(floor) / cpuMicros(service))}`,
+    }: on a whole core the service would keep ${
+      pct(cpuMicros(floor) / cpuMicros(service))
+    } of ${floorName}'s req/s`,
     `- server CPU, closed loop: ${servers.map(cpu).join("; ")}`,
     `- open loop: the generator sent requests late by ${
       [floor, service].map(lag).join(", ")
@@ -462,7 +464,7 @@ interface StoreSpec {
   bareEnv(ready: UpstreamReady): Promise<Record<string, string>>;
   /** What the service needs to reach the upstream. */
   serviceEnv(ready: UpstreamReady): Record<string, string>;
-  /** What every right answer of the baseline (the upstream's own body) holds. */
+  /** What every right answer of the proxies (the upstream's own body) holds. */
   bareMarker: string;
 }
 
@@ -665,7 +667,7 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
   }
 }
 
-/** An App Store Server API token as the service signs it, for the baseline to send. */
+/** An App Store Server API token as the service signs it, for the proxies to send. */
 async function signStoreaToken(keyFile: string): Promise<string> {
   const key = await importPKCS8(await Deno.readTextFile(keyFile), "ES256");
   const issuedAt = Math.floor(Date.now() / 1000) - 5;
@@ -678,7 +680,7 @@ async function signStoreaToken(keyFile: string): Promise<string> {
     .sign(key);
 }
 
-/** An access token for the baseline, from the simulator's token endpoint (JWT-bearer grant). */
+/** An access token for the bare proxy, from the simulator's token endpoint (JWT-bearer grant). */
 async function fetchStorebAccessToken(accountFile: string, tokenUrl: string): Promise<string> {
   const account = JSON.parse(await Deno.readTextFile(accountFile));
   const key = await importPKCS8(account.private_key, "RS256");
