@@ -181,8 +181,8 @@ async function runOne(
         summary: [[
           "GET /health",
           `${result.service.requestsPerSecond.toFixed(0)} req/s`,
-          `${result.bare.requestsPerSecond.toFixed(0)} req/s`,
-          result.ratio.toFixed(2),
+          `${result.floor.requestsPerSecond.toFixed(0)} req/s (floor)`,
+          result.serviceVsFloor.toFixed(2),
         ]],
         result,
       };
@@ -202,9 +202,9 @@ async function runOne(
         sections,
         summary: result.stores.map((store) => [
           store.endpoint,
-          `${store.service.requestsPerSecond.toFixed(0)} req/s`,
-          `${store.bare.requestsPerSecond.toFixed(0)} req/s`,
-          store.rpsRatio.toFixed(2),
+          `${store.service.median.requestsPerSecond.toFixed(0)} req/s`,
+          `${store.floor.median.requestsPerSecond.toFixed(0)} req/s (floor)`,
+          store.rpsRatio.median.toFixed(2),
         ]),
         result,
       };

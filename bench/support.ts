@@ -405,6 +405,8 @@ export interface BaselineOptions {
   core: number;
   /** Its environment besides `PORT` and `HOST`. */
   env?: Record<string, string>;
+  /** Permissions besides `--allow-net=127.0.0.1 --allow-env`, e.g. `--allow-ffi`. */
+  permissions?: string[];
 }
 
 /**
@@ -421,7 +423,13 @@ export async function startBaseline(
   const port = freePort();
   const server = spawnPinned({
     core: options.core,
-    args: ["run", "--allow-net=127.0.0.1", "--allow-env", `${ROOT}/${script}`],
+    args: [
+      "run",
+      "--allow-net=127.0.0.1",
+      "--allow-env",
+      ...options.permissions ?? [],
+      `${ROOT}/${script}`,
+    ],
     env: { ...options.env, PORT: String(port), HOST: "127.0.0.1" },
     stdoutPath: `${prefix}bare.out`,
     stderrPath: `${prefix}bare.err`,
@@ -1017,6 +1025,20 @@ export function percentile(values: readonly number[], p: number): number {
   const below = Math.floor(rank);
   const above = Math.ceil(rank);
   return sorted[below] + (sorted[above] - sorted[below]) * (rank - below);
+}
+
+/** The middle of `values` ({@linkcode percentile} 50); NaN for no values. */
+export function median(values: readonly number[]): number {
+  return percentile(values, 50);
+}
+
+/**
+ * The 1-minute load average (what `uptime` shows first): how many processes wanted a core, on
+ * average, over the last minute. On the 2-core machine anything above about 0.1 besides the
+ * benchmark means others were competing for the cores.
+ */
+export function loadAverage(): number {
+  return Deno.loadavg()[0];
 }
 
 /** The least, middle and greatest of some measurements. */
