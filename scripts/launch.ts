@@ -14,6 +14,8 @@ import { servicePermissions } from "../src/permissions.ts";
 
 const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
+/** A signal that comes again within this time is the same one, delivered twice. */
+const DUPLICATE_SIGNAL_MS = 500;
 /** Signal numbers on Linux and macOS, for the shell's 128 + n exit code of a killed child. */
 const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
   SIGHUP: 1,
@@ -36,8 +38,15 @@ async function launch(args: string[]): Promise<number> {
     // instead of reaching the service twice (a second signal during the drain ends it at once).
     detached: true,
   }).spawn();
+  // Under `deno task` a terminal's Ctrl-C arrives twice: once to this process's group, and once
+  // passed on by the task runner. The copies come within milliseconds; a person's second Ctrl-C,
+  // which should end the drain at once, comes later.
+  const lastForwarded = new Map<Deno.Signal, number>();
   for (const signal of FORWARDED) {
     Deno.addSignalListener(signal, () => {
+      const now = performance.now();
+      if (now - (lastForwarded.get(signal) ?? -Infinity) < DUPLICATE_SIGNAL_MS) return;
+      lastForwarded.set(signal, now);
       try {
         child.kill(signal);
       } catch {

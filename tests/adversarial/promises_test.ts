@@ -206,12 +206,7 @@ Deno.test("both receivers answer 500, never 200, while the database is unreachab
     const tenantId: string = created.id;
     await cliOk(service, ...storeaCredentialArgs(tenantId, fixture.keyFile));
     const { path: accountFile } = await writeServiceAccountFile(fixture.dir);
-    await cliOk(
-      service,
-      ...storebCredentialArgs(tenantId, accountFile),
-      "--push-service-account",
-      PUSH_ACCOUNT,
-    );
+    await cliOk(service, ...storebCredentialArgs(tenantId, accountFile, PUSH_ACCOUNT));
     const storeaNotification = async (signedPayload: string) =>
       await postJson(`${service.url}/v1/webhooks/storea/${tenantId}`, { signedPayload });
     const storebNotification = async (envelope: unknown) =>
