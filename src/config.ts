@@ -473,7 +473,7 @@ export const CONFIG_GROUPS = [
         parser: duration,
         default: "10s",
         description:
-          "Time limit of one delivery attempt, resolving the callback's host name included (and of `webhook test`). A claimed delivery is leased for twice this plus 5 s. Part of the [shutdown](#shutdown) drain: raising it needs a longer `TimeoutStopSec` in the systemd unit.",
+          "Time limit of one delivery attempt, resolving the callback's host name included (and of `webhook test`). A claimed delivery is leased for twice this plus 5 s. Part of the shutdown drain ([Shutdown](#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
       }),
       variable({
         name: "DELIVERY_CONCURRENCY",
@@ -529,7 +529,7 @@ export const CONFIG_GROUPS = [
         parser: duration,
         default: "10s",
         description:
-          "How long shutdown waits for requests in flight. Part of the [shutdown](#shutdown) drain: raising it needs a longer `TimeoutStopSec` in the systemd unit.",
+          "How long shutdown waits for requests in flight. Part of the shutdown drain ([Shutdown](#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
       }),
     ],
   },
