@@ -6,26 +6,18 @@
  */
 import { COMMAND_GROUPS } from "../src/cli/mod.ts";
 import { referenceMarkdown } from "../src/cli/help.ts";
+import { type GeneratedPart, writeParts } from "./generated_docs.ts";
 
-/** The line before the generated reference. */
-export const CLI_REFERENCE_START =
-  "<!-- cli-reference: made from src/cli/mod.ts by `deno task docs:cli`; edit the table there -->";
-/** The line after it. */
-export const CLI_REFERENCE_END = "<!-- cli-reference end -->";
+/** The CLI reference in docs/operations.md. */
+export const CLI_REFERENCE: GeneratedPart = {
+  file: "docs/operations.md",
+  markers: {
+    start:
+      "<!-- cli-reference: made from src/cli/mod.ts by `deno task docs:cli`; edit the table there -->",
+    end: "<!-- cli-reference end -->",
+  },
+  task: "docs:cli",
+  render: () => referenceMarkdown(COMMAND_GROUPS),
+};
 
-const OPERATIONS = new URL("../docs/operations.md", import.meta.url);
-
-if (import.meta.main) {
-  const text = await Deno.readTextFile(OPERATIONS);
-  const start = text.indexOf(CLI_REFERENCE_START);
-  const end = text.indexOf(CLI_REFERENCE_END);
-  if (start === -1 || end < start) {
-    console.error("docs/operations.md has no CLI reference markers");
-    Deno.exit(1);
-  }
-  const reference = referenceMarkdown(COMMAND_GROUPS);
-  await Deno.writeTextFile(
-    OPERATIONS,
-    `${text.slice(0, start)}${CLI_REFERENCE_START}\n\n${reference}\n${text.slice(end)}`,
-  );
-}
+if (import.meta.main) await writeParts([CLI_REFERENCE]);

@@ -1,11 +1,11 @@
 /**
  * The service's Deno permissions as computed from its configuration (src/permissions.ts): scoped
  * for every configuration, following DATA_DIR, the files it names, CRYPTO_ENGINE and the CLI's
- * file arguments; and the one list of variables, which src/config.ts alone defines.
+ * file arguments; and the one list of variables, the table of src/config.ts.
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { configVariables } from "../src/config.ts";
+import { CONFIG_VARIABLES, configVariables, readConfig } from "../src/config.ts";
 import { LIBCRYPTO_PATHS } from "../src/crypto/es256.ts";
 import {
   EXECUTABLE_PATHS,
@@ -56,13 +56,30 @@ function pgliteFiles(flags: string[]): string[] {
   return (scopeOf(flags, "--allow-read") ?? []).filter((p) => p.includes("pglite"));
 }
 
-Deno.test("permissions: the variables are exactly those src/config.ts reads", () => {
-  const source = Deno.readTextFileSync(new URL("src/config.ts", ROOT));
-  const read = [...source.matchAll(/\bvalue\(\s*"([A-Z][A-Z0-9_]*)"\s*\)/g)].map((m) => m[1]);
-  // A variable read only under a condition would be missing from configVariables(), and the
-  // service could not read it: it must be read unconditionally, or listed another way.
-  assert.deepEqual(configVariables(), [...new Set(read)].sort());
+Deno.test("permissions: the variables are exactly those of the configuration table", () => {
+  const names = CONFIG_VARIABLES.map((row) => row.name);
+  assert.deepEqual(configVariables(), [...new Set(names)].sort());
   assert.ok(configVariables().includes("DATA_DIR") && configVariables().includes("ENCRYPTION_KEY"));
+  // readConfig asks the environment for the table's variables and for nothing else, whatever
+  // the configuration: a variable read around the table would be refused by --allow-env.
+  for (
+    const env of [
+      {},
+      { NODE_ENV: "production", ENCRYPTION_KEY: KEY, CALLBACK_ALLOW_INSECURE: "true" },
+      { DATABASE_URL: POSTGRES, DATABASE_POOLER: "transaction", DATABASE_LISTEN_URL: POSTGRES },
+    ]
+  ) {
+    const asked = new Set<string>();
+    readConfig(
+      new Proxy<Record<string, string | undefined>>(env, {
+        get(target, name) {
+          if (typeof name === "string") asked.add(name);
+          return Reflect.get(target, name);
+        },
+      }),
+    );
+    assert.deepEqual([...asked].sort(), configVariables(), JSON.stringify(env));
+  }
   // Nothing else in the service reads the environment, so the list is complete.
   for (const file of ["main.ts", ...sourceFiles("src")]) {
     if (file === "src/config.ts") continue;
