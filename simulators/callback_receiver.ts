@@ -27,7 +27,7 @@
  * @module
  */
 import http from "node:http";
-import { verifySignature } from "./webhook_signature.ts";
+import { checkSignature, type SignatureCheck, type SignatureRefusal } from "./webhook_signature.ts";
 import {
   answerAndClose,
   clientGone,
@@ -45,8 +45,9 @@ export interface CallbackReceiverOptions {
   /** The path that accepts deliveries. Default `/hooks`. */
   path?: string;
   /**
-   * Answer 401 to a request whose signature does not verify, as a careful tenant does. A
-   * refused request does not use up a scripted answer. Default false: the answer does not
+   * Answer 401 to a request whose signature does not verify, as a careful tenant does, with
+   * `{"error":"invalid signature","reason":...}`. A refused request does not use up a scripted
+   * answer. Default false: the answer does not
    * depend on the signature and a test inspects `signatureValid`.
    */
   rejectInvalidSignatures?: boolean;
@@ -66,6 +67,8 @@ export interface ReceivedDelivery {
   json: unknown;
   /** Whether `X-Service-Signature` verifies with one of the secrets set at arrival. */
   signatureValid: boolean;
+  /** Why the signature was refused (docs/integration.md, "Verifying deliveries"); null if valid. */
+  signatureRefusal: SignatureRefusal | null;
   /** The status answered; 0 while unanswered, and for good after a reset or a hang. */
   answeredStatus: number;
   /** Arrival time, epoch milliseconds. */
@@ -259,13 +262,15 @@ class Receiver implements CallbackReceiver {
       return;
     }
     const headers = headersOf(req);
+    const signature = this.#check(headers["x-service-signature"] ?? null, body);
     const delivery: ReceivedDelivery = {
       method: req.method ?? "",
       path: req.url ?? "/",
       headers,
       body,
       json: parseJson(body),
-      signatureValid: this.#verify(headers["x-service-signature"] ?? null, body),
+      signatureValid: signature.valid,
+      signatureRefusal: signature.reason,
       answeredStatus: 0,
       receivedAt,
     };
@@ -286,7 +291,10 @@ class Receiver implements CallbackReceiver {
       return;
     }
     if (this.#rejectInvalidSignatures && !delivery.signatureValid) {
-      answer(401, '{"error":"invalid signature"}');
+      answer(
+        401,
+        JSON.stringify({ error: "invalid signature", reason: delivery.signatureRefusal }),
+      );
       return;
     }
 
@@ -319,9 +327,10 @@ class Receiver implements CallbackReceiver {
     answer(status, text, extra);
   }
 
-  #verify(header: string | null, body: string): boolean {
-    const options = { toleranceSeconds: this.#toleranceSeconds };
-    return this.#secrets.some((secret) => verifySignature(secret, header, body, options));
+  #check(header: string | null, body: string): SignatureCheck {
+    return checkSignature(this.#secrets, header, body, {
+      toleranceSeconds: this.#toleranceSeconds,
+    });
   }
 
   #nextScripted(): ScriptedCallbackAnswer | undefined {

@@ -10,7 +10,7 @@ import {
   type CallbackReceiverOptions,
   startCallbackReceiver,
 } from "../simulators/callback_receiver.ts";
-import { verifyDelivery } from "../docs/examples/verify_delivery.ts";
+import { checkDelivery, verifyDelivery } from "../docs/examples/verify_delivery.ts";
 
 const SECRET = "whsec_0123456789abcdef0123456789abcdef";
 const NEW_SECRET = "whsec_fedcba9876543210fedcba9876543210";
@@ -141,6 +141,12 @@ Deno.test("callback receiver: an invalid signature is recorded, not refused", as
       200,
     ]);
     assert.deepEqual(receiver.deliveries.map((d) => d.signatureValid), [false, false, true, false]);
+    assert.deepEqual(receiver.deliveries.map((d) => d.signatureRefusal), [
+      "no_matching_signature",
+      "timestamp_outside_tolerance",
+      null,
+      "no_header",
+    ]);
     assert.equal(receiver.deliveries[2].json, null);
     assert.equal(receiver.deliveries[2].body, "not json");
     assert.equal(receiver.deliveries[3].headers["x-service-signature"], undefined);
@@ -174,9 +180,13 @@ Deno.test("callback receiver: rejectInvalidSignatures answers 401 without using 
     receiver.script({ status: 500 });
     const forged = await deliverAndRead(receiver, { secrets: ["whsec_forged"] });
     assert.equal(forged.status, 401);
-    assert.equal(forged.text, '{"error":"invalid signature"}');
+    assert.equal(forged.text, '{"error":"invalid signature","reason":"no_matching_signature"}');
     const stale = await deliverAndRead(receiver, { t: nowSeconds() - 600 });
     assert.equal(stale.status, 401);
+    assert.equal(
+      stale.text,
+      '{"error":"invalid signature","reason":"timestamp_outside_tolerance"}',
+    );
     assert.equal((await deliverAndRead(receiver)).status, 500);
     assert.equal((await deliverAndRead(receiver)).status, 200);
     assert.deepEqual(receiver.deliveries.map((d) => [d.signatureValid, d.answeredStatus]), [
@@ -380,6 +390,10 @@ Deno.test("verify_delivery.ts accepts what the service signs and refuses the res
 
   await t.step("a tampered body, a moved timestamp or a wrong secret", async () => {
     assert.equal(await verifyDelivery(SECRET, header, BODY + " ", options), false);
+    assert.deepEqual(await checkDelivery(SECRET, header, BODY + " ", options), {
+      valid: false,
+      reason: "no_matching_signature",
+    });
     assert.equal(
       await verifyDelivery(SECRET, header, BODY.replace("renewed", "expired"), options),
       false,
@@ -391,6 +405,10 @@ Deno.test("verify_delivery.ts accepts what the service signs and refuses the res
 
   await t.step("stale, or in the future beyond the tolerance", async () => {
     assert.equal(await verifyDelivery(SECRET, header, BODY, { nowSeconds: t0 + 301 }), false);
+    assert.deepEqual(await checkDelivery(SECRET, header, BODY, { nowSeconds: t0 - 301 }), {
+      valid: false,
+      reason: "timestamp_outside_tolerance",
+    });
     assert.equal(await verifyDelivery(SECRET, header, BODY, { nowSeconds: t0 - 301 }), false);
     assert.equal(await verifyDelivery(SECRET, header, BODY, { nowSeconds: t0 - 300 }), true);
     const strict = { nowSeconds: t0 + 61, toleranceSeconds: 60 };
@@ -429,6 +447,14 @@ Deno.test("verify_delivery.ts accepts what the service signs and refuses the res
     ];
     for (const malformed of cases) {
       assert.equal(await verifyDelivery(SECRET, malformed, BODY, options), false, `${malformed}`);
+      const { reason } = await checkDelivery(SECRET, malformed, BODY, options);
+      // A truncated v1 is still hex: it is a signature that does not match.
+      const expected = !malformed
+        ? "no_header"
+        : malformed === `t=${t0},${v1.slice(0, -2)}`
+        ? "no_matching_signature"
+        : "malformed_header";
+      assert.equal(reason, expected, `${malformed}`);
     }
   });
 });
@@ -475,11 +501,11 @@ Deno.test({
       const rotated = await runPython(signatureHeader([NEW_SECRET, SECRET], t, body), bodyFile);
       assert.deepEqual(rotated, { code: 0, stdout: "valid" });
       const tampered = await runPython(signatureHeader([SECRET], t, body + " "), bodyFile);
-      assert.deepEqual(tampered, { code: 1, stdout: "invalid" });
+      assert.deepEqual(tampered, { code: 1, stdout: "invalid: no_matching_signature" });
       const stale = await runPython(signatureHeader([SECRET], t - 301, body), bodyFile);
-      assert.deepEqual(stale, { code: 1, stdout: "invalid" });
+      assert.deepEqual(stale, { code: 1, stdout: "invalid: timestamp_outside_tolerance" });
       const malformed = await runPython("v1=00", bodyFile);
-      assert.deepEqual(malformed, { code: 1, stdout: "invalid" });
+      assert.deepEqual(malformed, { code: 1, stdout: "invalid: malformed_header" });
     } finally {
       await Deno.remove(bodyFile);
     }

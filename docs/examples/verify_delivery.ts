@@ -9,28 +9,50 @@
  * @module
  */
 
-/** Options of {@linkcode verifyDelivery}. */
+/** Options of {@linkcode checkDelivery} and {@linkcode verifyDelivery}. */
 export interface VerifyDeliveryOptions {
-  /** How far `t` may be from now, in seconds. Default 300 (5 minutes). */
+  /** How far `t` may be from now, in the past or the future, in seconds. Default 300. */
   toleranceSeconds?: number;
   /** The current time in epoch seconds; defaults to the clock. */
   nowSeconds?: number;
 }
 
 /**
- * True when `signatureHeader` (the `X-Service-Signature` value) holds a `v1` signature of
- * `rawBody` made with `secret`, at a timestamp within the tolerance of now.
+ * Why a delivery is refused, checked in this order:
+ * - `no_header`: no `X-Service-Signature` header, or an empty one;
+ * - `malformed_header`: no `t`, a `t` that is not a whole number of seconds, two `t`, or no
+ *   `v1` holding hex;
+ * - `timestamp_outside_tolerance`: `t` is further from now than the tolerance (a replay, or a
+ *   clock out of sync);
+ * - `no_matching_signature`: no `v1` is the signature of this body with this secret (a
+ *   changed body, a wrong secret, or a body that was parsed and serialised again).
+ */
+export type DeliveryRefusal =
+  | "no_header"
+  | "malformed_header"
+  | "timestamp_outside_tolerance"
+  | "no_matching_signature";
+
+/** The outcome of {@linkcode checkDelivery}. */
+export type DeliveryCheck =
+  | { valid: true; reason: null }
+  | { valid: false; reason: DeliveryRefusal };
+
+/**
+ * Checks that `signatureHeader` (the `X-Service-Signature` value) holds a `v1` signature of
+ * `rawBody` made with `secret`, at a timestamp within the tolerance of now; when it does not,
+ * the answer says why. Log the reason; answer the sender only with a non-2xx status.
  *
  * `rawBody` must be the body exactly as received, before any JSON parsing: re-serialising a
  * parsed body changes its bytes and the signature no longer matches.
  */
-export async function verifyDelivery(
+export async function checkDelivery(
   secret: string,
   signatureHeader: string | null,
   rawBody: string,
   options: VerifyDeliveryOptions = {},
-): Promise<boolean> {
-  if (!signatureHeader) return false;
+): Promise<DeliveryCheck> {
+  if (!signatureHeader) return refused("no_header");
   const tolerance = options.toleranceSeconds ?? 300;
   const now = options.nowSeconds ?? Math.floor(Date.now() / 1000);
 
@@ -42,7 +64,7 @@ export async function verifyDelivery(
     const key = part.slice(0, separator).trim();
     const value = part.slice(separator + 1).trim();
     if (key === "t") {
-      if (timestamp !== null) return false; // two timestamps: ambiguous, refuse
+      if (timestamp !== null) return refused("malformed_header"); // two timestamps: ambiguous
       timestamp = value;
     } else if (key === "v1") {
       const bytes = fromHex(value);
@@ -50,9 +72,9 @@ export async function verifyDelivery(
     } // other schemes are ignored, so a future `v2` does not break this receiver
   }
   if (timestamp === null || !/^\d{1,15}$/.test(timestamp) || candidates.length === 0) {
-    return false;
+    return refused("malformed_header");
   }
-  if (Math.abs(now - Number(timestamp)) > tolerance) return false;
+  if (Math.abs(now - Number(timestamp)) > tolerance) return refused("timestamp_outside_tolerance");
 
   const encoder = new TextEncoder();
   const key = await crypto.subtle.importKey(
@@ -70,7 +92,21 @@ export async function verifyDelivery(
     // Not `||=`: every candidate is compared, so the time taken does not depend on which matched.
     matched = constantTimeEqual(candidate, expected) || matched;
   }
-  return matched;
+  return matched ? { valid: true, reason: null } : refused("no_matching_signature");
+}
+
+/** {@linkcode checkDelivery} as a boolean: true when the delivery is genuine. */
+export async function verifyDelivery(
+  secret: string,
+  signatureHeader: string | null,
+  rawBody: string,
+  options: VerifyDeliveryOptions = {},
+): Promise<boolean> {
+  return (await checkDelivery(secret, signatureHeader, rawBody, options)).valid;
+}
+
+function refused(reason: DeliveryRefusal): DeliveryCheck {
+  return { valid: false, reason };
 }
 
 /** Compares without returning early, so timing does not reveal how many bytes matched. */
@@ -96,7 +132,9 @@ function fromHex(hex: string): Uint8Array | null {
 // Deno.serve(async (request) => {
 //   const rawBody = await request.text(); // the raw body: verify before JSON.parse
 //   const header = request.headers.get("X-Service-Signature");
-//   if (!(await verifyDelivery(secret, header, rawBody))) {
+//   const check = await checkDelivery(secret, header, rawBody);
+//   if (!check.valid) {
+//     console.warn(`refused a delivery: ${check.reason}`);
 //     return new Response("invalid signature", { status: 401 });
 //   }
 //   const eventId = request.headers.get("X-Service-Event-Id")!; // stable across retries
