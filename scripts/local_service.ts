@@ -24,6 +24,16 @@ export class ExplainedError extends Error {
   }
 }
 
+/** A failed admin command, with the `error` code it printed when it printed one. */
+export class AdminCommandError extends ExplainedError {
+  readonly code: string | null;
+  constructor(message: string, code: string | null) {
+    super(message);
+    this.name = "AdminCommandError";
+    this.code = code;
+  }
+}
+
 /** Rejects with `what` in the message when `promise` takes longer than `ms`. */
 export async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -180,7 +190,7 @@ export interface AdminCommandOptions {
 
 /**
  * Runs `main.ts <args>` as the admin CLI with `env` only and returns its JSON answer; an
- * {@linkcode ExplainedError} with its error line when it fails.
+ * {@linkcode AdminCommandError} with its error line when it fails.
  */
 export async function runAdminCommand(
   env: Record<string, string>,
@@ -213,7 +223,13 @@ export async function runAdminCommand(
     }
     if (output.code !== 0) {
       const last = stderr.split("\n").at(-1) ?? "";
-      throw new ExplainedError(`the command exited with code ${output.code}: ${last}`);
+      let code: string | null = null;
+      try {
+        code = JSON.parse(last).error ?? null;
+      } catch {
+        // not the JSON error line
+      }
+      throw new AdminCommandError(`the command exited with code ${output.code}: ${last}`, code);
     }
     return JSON.parse(stdout);
   } finally {

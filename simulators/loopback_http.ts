@@ -8,11 +8,18 @@
 import type http from "node:http";
 import type { AddressInfo } from "node:net";
 
-/** Listens on 127.0.0.1 on a free port; resolves with the port. */
-export function listenOnLoopback(server: http.Server): Promise<number> {
+/** A loopback address to listen on. */
+export type LoopbackAddress = "127.0.0.1" | "::1";
+
+/** Listens on `address` (127.0.0.1) on `port` (0: a free one); resolves with the port. */
+export function listenOnLoopback(
+  server: http.Server,
+  port = 0,
+  address: LoopbackAddress = "127.0.0.1",
+): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+    server.listen(port, address, () => resolve((server.address() as AddressInfo).port));
   });
 }
 
