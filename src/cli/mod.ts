@@ -354,7 +354,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
     commands: [
       {
         words: ["trigger"],
-        summary: "have the store simulators send a notification (development only)",
+        summary: "have the store simulators send a notification (dev only)",
         args: ["STORE", "TYPE"],
         usage: [
           "storea NOTIFICATION_TYPE [--subtype SUBTYPE] --tenant ID",
