@@ -711,12 +711,14 @@ function whatNext(demo: Demo, keep: boolean): void {
   say(
     "",
     bold("What next"),
+    "  - Build your backend against it: `deno task dev` runs the service against these",
+    "    simulators with a ready tenant, and `deno task cli trigger` sends any event to your",
+    '    endpoint (docs/integration.md, "Testing locally")',
     "  - Integrate your backend: docs/integration.md (the verify answers, deliveries, and how to",
     "    check a signature, with examples in docs/examples/)",
     "  - Event names of both stores: docs/events.md",
-    "  - Run it for real (store credentials, store setup, PostgreSQL): docs/operations.md",
-    "  - Configuration and every CLI command: README.md",
-    "  - The simulators used here are in simulators/, for your own tests.",
+    "  - Run it for real (store credentials, store setup, PostgreSQL, configuration, every CLI",
+    "    command): docs/operations.md",
   );
   if (!keep) say(dim("  Run `deno task demo --keep` to keep everything running and explore."));
 }
