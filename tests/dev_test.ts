@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { freshDatabase } from "./helpers/service.ts";
+import { ENGINE, freshDatabase } from "./helpers/service.ts";
 import { fetchLikeCurl, startDevLoop } from "./helpers/dev_loop.ts";
 
 async function verifyBothStores(curlLines: string[]): Promise<void> {
@@ -37,6 +37,12 @@ Deno.test("deno task dev: a key, both stores verify with the printed curl, a res
       assert.equal(banner.kept, false);
       assert.match(banner.serviceUrl, /^http:\/\/127\.0\.0\.1:\d+$/);
       await verifyBothStores(banner.curlLines);
+      // The engine the caller's DATABASE_URL chose: deno task dev passes it on.
+      const embedded = await Deno.stat(join(database.dataDir, "pglite")).then(
+        () => true,
+        () => false,
+      );
+      assert.equal(embedded, ENGINE === "embedded");
       // The signer's file exists while it runs, readable by its owner only.
       const signerFile = await Deno.stat(join(database.dataDir, "dev", "signer.json"));
       assert.equal(signerFile.mode! & 0o077, 0);
