@@ -163,7 +163,11 @@ async function main(args: string[]): Promise<number> {
     console.log("\nStopping.");
   } catch (error) {
     code = 1;
-    console.error(red(`\ndeno task dev failed: ${(error as Error).message}`));
+    const message = (error as Error).message;
+    console.error(red(`\ndeno task dev failed: ${message}`));
+    if (/in use|AddrInUse/i.test(message)) {
+      console.error(`Port ${own.PORT} is taken: set PORT to another one, e.g. PORT=8081.`);
+    }
     if (!(error instanceof ExplainedError) && error instanceof Error && error.stack) {
       console.error(dim(error.stack));
     }

@@ -191,7 +191,10 @@ class Receiver implements CallbackReceiver {
   }
 
   async listen(): Promise<void> {
-    const port = await listenOnLoopback(this.#server, this.#port, this.#address);
+    const port = await listenOnLoopback(this.#server, {
+      port: this.#port,
+      address: this.#address,
+    });
     const host = this.#address.includes(":") ? `[${this.#address}]` : this.#address;
     this.url = `http://${host}:${port}${this.#path}`;
   }

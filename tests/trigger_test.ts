@@ -155,28 +155,28 @@ Deno.test("trigger: refused without deno task dev, and with a stale signer file"
 });
 
 Deno.test("trigger: STORE and TYPE are read as the catalog names them", () => {
-  assert.deepEqual(parseTriggerChoice("storea", "did_renew", "billing_recovery"), {
+  assert.deepEqual(parseTriggerChoice("storea", "did_renew", { subtype: "billing_recovery" }), {
     store: "storea",
     notificationType: "DID_RENEW",
     subtype: "BILLING_RECOVERY",
   });
-  assert.deepEqual(parseTriggerChoice("storeb", "subscription.4", undefined), {
+  assert.deepEqual(parseTriggerChoice("storeb", "subscription.4"), {
     store: "storeb",
     notification: { kind: "subscription", notificationType: 4 },
   });
-  assert.deepEqual(parseTriggerChoice("storeb", "voided", "partial_refund"), {
+  assert.deepEqual(parseTriggerChoice("storeb", "voided", { subtype: "partial_refund" }), {
     store: "storeb",
     notification: { kind: "voided_purchase", refundType: 2 },
   });
-  assert.deepEqual(parseTriggerChoice("storeb", "voided_purchase", undefined), {
+  assert.deepEqual(parseTriggerChoice("storeb", "voided_purchase"), {
     store: "storeb",
     notification: { kind: "voided_purchase", refundType: 1 },
   });
-  assert.deepEqual(parseTriggerChoice("storeb", "test", undefined), {
+  assert.deepEqual(parseTriggerChoice("storeb", "test"), {
     store: "storeb",
     notification: { kind: "test" },
   });
-  assert.deepEqual(parseTriggerChoice("storeb", "one_time_product.2", undefined), {
+  assert.deepEqual(parseTriggerChoice("storeb", "one_time_product.2"), {
     store: "storeb",
     notification: { kind: "one_time_product", notificationType: 2 },
   });
@@ -191,7 +191,7 @@ Deno.test("trigger: STORE and TYPE are read as the catalog names them", () => {
   ];
   for (const [store, type, subtype, message] of refusals) {
     assert.throws(
-      () => parseTriggerChoice(store, type, subtype),
+      () => parseTriggerChoice(store, type, { subtype }),
       (error) => error instanceof UsageError && message.test(error.message),
       `${store} ${type} ${subtype}`,
     );

@@ -87,8 +87,9 @@ const REFUND_TYPES: Record<string, 1 | 2> = { full_refund: 1, partial_refund: 2 
 export function parseTriggerChoice(
   store: string,
   type: string,
-  subtype: string | undefined,
+  options: { subtype?: string } = {},
 ): TriggerChoice {
+  const subtype = options.subtype;
   const named = namedNotificationTypes();
   if (store === "storea") {
     const notificationType = type.toUpperCase();
@@ -158,7 +159,7 @@ export async function triggerNotification(
       "trigger makes notifications with the store simulators' test keys: it is refused when NODE_ENV is production",
     );
   }
-  const choice = parseTriggerChoice(store, type, options.subtype);
+  const choice = parseTriggerChoice(store, type, { subtype: options.subtype });
   const signer = await readSignerFile(context.config.dataDir);
   const tenantId = options.tenant!;
   const { db } = await context.open();

@@ -54,7 +54,7 @@ Deno.test("dev signer: nothing is signed without its token, or for what the cata
       const headers: Record<string, string> = { ...json };
       if (authorization !== undefined) headers.authorization = authorization;
       const answer = await send({ headers, body });
-      assert.equal(answer.status, 401, `${authorization}: ${answer.text}`);
+      assert.equal(answer.status, 401, `${authorization}: ${answer.text.slice(0, 200)}`);
       assert.doesNotMatch(answer.text, /signedPayload|eyJ/);
     }
 
@@ -93,7 +93,7 @@ Deno.test("dev signer: nothing is signed without its token, or for what the cata
       assert.equal(
         answer.status,
         status,
-        `${init.method ?? "POST"} ${init.path ?? ""}: ${answer.text}`,
+        `${init.method ?? "POST"} ${init.path ?? ""}: ${answer.text.slice(0, 200)}`,
       );
       assert.doesNotMatch(answer.text, /signedPayload|eyJ/);
     }
