@@ -13,55 +13,47 @@
  * @module
  */
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator, type StoreaApiSimulator } from "../simulators/storea_api.ts";
-import {
-  sampleSubscriptionPurchase,
-  startStorebSimulator,
-  type StorebSimulator,
-} from "../simulators/storeb_play.ts";
-import {
-  pushEnvelope,
-  type PushTokenIssuer,
-  startPushTokenIssuer,
-  subscriptionNotification,
-} from "../simulators/storeb_push.ts";
-import { createServiceAccount } from "../simulators/service_account.ts";
+import { pushEnvelope, subscriptionNotification } from "../simulators/storeb_push.ts";
 import {
   type CallbackReceiver,
   type ReceivedDelivery,
   startCallbackReceiver,
 } from "../simulators/callback_receiver.ts";
-import { derToPem } from "../simulators/pem.ts";
-import { servicePermissions } from "../src/permissions.ts";
+import {
+  ExplainedError,
+  type JsonAnswer,
+  requestJson,
+  runAdminCommand,
+  serviceEnv,
+  ServiceProcess,
+  withTimeout,
+} from "./local_service.ts";
+import {
+  createTenantStoreKeys,
+  playPurchaseToken,
+  SIMULATED_APP,
+  type SimulatedStores,
+  startSimulatedStores,
+  type TenantStoreKeys,
+  writeTenantStoreKeys,
+} from "./simulated_stores.ts";
+import { bold, curlArguments, cyan, dim, green, red, shellWord } from "./terminal.ts";
 
-const ROOT = fileURLToPath(new URL("../", import.meta.url));
-const MAIN = join(ROOT, "main.ts");
-
-const BUNDLE_ID = "com.example.app";
-const PACKAGE_NAME = "com.example.app";
-const STOREA_KEY_ID = "DEMOKEY123";
-const STOREA_ISSUER_ID = crypto.randomUUID();
+const BUNDLE_ID = SIMULATED_APP.bundleId;
+const PACKAGE_NAME = SIMULATED_APP.packageName;
 const TRANSACTION_ID = "2000000123456789";
 const RENEWAL_TRANSACTION_ID = "2000000123456790";
-const STOREA_PRODUCT_ID = "pro.monthly";
-const STOREB_PRODUCT_ID = "premium_monthly";
-const PUSH_ACCOUNT = "pubsub-push@demo-project.iam.gserviceaccount.com";
+const STOREA_PRODUCT_ID = SIMULATED_APP.storeaProductId;
+const STOREB_PRODUCT_ID = SIMULATED_APP.storebProductId;
+const PUSH_ACCOUNT = SIMULATED_APP.pushServiceAccount;
 
 /** First boot may download the service's npm packages: allow for a slow network. */
 const BOOT_TIMEOUT_MS = 120_000;
 const CLI_TIMEOUT_MS = 60_000;
 const HTTP_TIMEOUT_MS = 15_000;
 const DELIVERY_TIMEOUT_MS = 15_000;
-const STOP_TIMEOUT_MS = 15_000;
 const CLOSE_TIMEOUT_MS = 5_000;
 const TOTAL_STEPS = 12;
-
-/** Service variables the demo sets itself: the caller's own values must not leak in. */
-const SERVICE_VARIABLES =
-  /^(PORT|HOST|NODE_ENV|LOG_LEVEL|SERVICE_VERSION|DATABASE_\w+|DATA_DIR|ENCRYPTION_KEY|RATE_LIMIT_\w+|VALIDATION_AUDIT_\w+|STOREA_\w+|STOREB_\w+|UPSTREAM_TIMEOUT|DELIVERY_\w+|CALLBACK_ALLOW_\w+|SHUTDOWN_TIMEOUT)$/;
 
 const USAGE = `usage: deno task demo [--keep]
 
@@ -73,18 +65,6 @@ account, no database server, no network access beyond loopback.
 
 // ---------------------------------------------------------------------------------------------
 // Output
-
-const COLOR = Deno.stdout.isTerminal() && !Deno.noColor;
-
-function paint(code: string, text: string): string {
-  return COLOR ? `\x1b[${code}m${text}\x1b[0m` : text;
-}
-
-const bold = (text: string) => paint("1", text);
-const dim = (text: string) => paint("2", text);
-const cyan = (text: string) => paint("36", text);
-const green = (text: string) => paint("32", text);
-const red = (text: string) => paint("31", text);
 
 /** Prints lines as they are. */
 function say(...lines: string[]): void {
@@ -144,11 +124,6 @@ function pick(value: Record<string, unknown>, keys: string[]): Record<string, un
   return picked;
 }
 
-/** A shell word, quoted only when it needs to be. */
-function shellWord(word: string): string {
-  return /^[\w./:=@,+%-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
-}
-
 /** The CLI command as a user runs it from a checkout, cut into lines of a readable width. */
 function cliCommandLines(args: string[]): string[] {
   const lines: string[] = [];
@@ -172,180 +147,11 @@ function cliCommandLines(args: string[]): string[] {
 
 /** A curl command: URL, headers and a JSON body (already shortened for display). */
 function curlLines(url: string, headers: Record<string, string>, body: string): string[] {
-  return [
-    `curl -s ${url}`,
-    ...Object.entries(headers).map(([name, value]) => `-H "${name}: ${value}"`),
-    `-d '${body}'`,
-  ];
+  return [`curl -s ${url}`, ...curlArguments(headers, body)];
 }
 
 // ---------------------------------------------------------------------------------------------
 // Running things
-
-/** A failure the demo explains and stops on. */
-class DemoError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "DemoError";
-  }
-}
-
-/** Rejects with `what` in the message when `promise` takes longer than `ms`. */
-async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new DemoError(`${what} took longer than ${ms / 1000} s`)), ms);
-  });
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** The caller's environment without any service variable, plus `own`. */
-function childEnv(own: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(Deno.env.toObject())) {
-    if (!SERVICE_VARIABLES.test(name)) env[name] = value;
-  }
-  return { ...env, NO_COLOR: "1", ...own };
-}
-
-/** The service as a child process, with its log lines kept for a failure report. */
-class ServiceProcess {
-  readonly exited: Promise<Deno.CommandStatus>;
-  /** Called with each log line once set (the `--keep` mode follows the logs). */
-  onLine: ((line: string) => void) | null = null;
-  readonly #child: Deno.ChildProcess;
-  readonly #lines: string[] = [];
-  #stderr = "";
-  #listening = Promise.withResolvers<number>();
-  #stopping: Promise<void> | null = null;
-
-  constructor(args: string[], env: Record<string, string>) {
-    this.#child = new Deno.Command(Deno.execPath(), {
-      args,
-      cwd: ROOT,
-      env,
-      clearEnv: true,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    const pumps = Promise.all([this.#readStdout(), this.#readStderr()]);
-    this.exited = this.#child.status.then(async (status) => {
-      await pumps.catch(() => {});
-      this.#listening.reject(
-        new DemoError(`the service exited with code ${status.code} before it listened`),
-      );
-      return status;
-    });
-    // Handled by whoever waits; this keeps an early exit from being an unhandled rejection.
-    this.#listening.promise.catch(() => {});
-  }
-
-  /** The port from the `listening` log line. */
-  listeningPort(timeoutMs: number): Promise<number> {
-    return withTimeout(this.#listening.promise, timeoutMs, "the service's start");
-  }
-
-  /** The last log lines and stderr, for a failure report. */
-  tail(): string {
-    const lines = [...this.#lines.slice(-12), ...this.#stderr.trim().split("\n").slice(-8)];
-    return lines.filter((line) => line !== "").join("\n");
-  }
-
-  /** SIGTERM and a bounded wait for the graceful shutdown; SIGKILL when it does not come. */
-  stop(): Promise<void> {
-    this.#stopping ??= (async () => {
-      try {
-        this.#child.kill("SIGTERM");
-      } catch {
-        return; // already exited
-      }
-      try {
-        await withTimeout(this.exited, STOP_TIMEOUT_MS, "the service's shutdown");
-      } catch {
-        try {
-          this.#child.kill("SIGKILL");
-        } catch {
-          // exited meanwhile
-        }
-        await withTimeout(this.exited, CLOSE_TIMEOUT_MS, "the service's kill").catch(() => {});
-      }
-    })();
-    return this.#stopping;
-  }
-
-  async #readStdout(): Promise<void> {
-    let pending = "";
-    for await (const text of this.#child.stdout.pipeThrough(new TextDecoderStream())) {
-      pending += text;
-      let newline;
-      while ((newline = pending.indexOf("\n")) !== -1) {
-        const line = pending.slice(0, newline);
-        pending = pending.slice(newline + 1);
-        this.#lines.push(line);
-        if (this.#lines.length > 200) this.#lines.shift();
-        this.onLine?.(line);
-        this.#notice(line);
-      }
-    }
-  }
-
-  async #readStderr(): Promise<void> {
-    for await (const text of this.#child.stderr.pipeThrough(new TextDecoderStream())) {
-      this.#stderr = (this.#stderr + text).slice(-8000);
-    }
-  }
-
-  #notice(line: string): void {
-    let record: { msg?: string; level?: string; port?: number; reason?: string };
-    try {
-      record = JSON.parse(line);
-    } catch {
-      return;
-    }
-    if (record.msg === "listening" && typeof record.port === "number") {
-      this.#listening.resolve(record.port);
-    } else if (record.level === "fatal") {
-      this.#listening.reject(new DemoError(`the service did not start: ${record.reason}`));
-    }
-  }
-}
-
-/** An HTTP answer with its parsed JSON body. */
-interface JsonAnswer {
-  status: number;
-  // deno-lint-ignore no-explicit-any
-  json: any;
-}
-
-async function request(
-  method: "GET" | "POST",
-  url: string,
-  headers: Record<string, string> = {},
-  body?: unknown,
-): Promise<JsonAnswer> {
-  let response: Response;
-  try {
-    response = await fetch(url, {
-      method,
-      headers: body === undefined ? headers : { "Content-Type": "application/json", ...headers },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(HTTP_TIMEOUT_MS),
-    });
-  } catch (error) {
-    throw new DemoError(`${method} ${url} failed: ${(error as Error).message}`);
-  }
-  const text = await response.text();
-  try {
-    return { status: response.status, json: JSON.parse(text) };
-  } catch {
-    throw new DemoError(`${method} ${url} answered ${response.status} with: ${shorten(text, 200)}`);
-  }
-}
 
 /** Everything the demo starts, so that one call stops it all. */
 class Resources {
@@ -398,12 +204,9 @@ class Demo {
   dir = "";
   dataDir = "";
   env: Record<string, string> = {};
-  signer!: StoreaSigner;
-  storeaApi!: StoreaApiSimulator;
-  play!: StorebSimulator;
-  issuer!: PushTokenIssuer;
+  stores!: SimulatedStores;
+  keys!: TenantStoreKeys;
   receiver!: CallbackReceiver;
-  rootPemPath = "";
   storeaKeyPath = "";
   serviceAccountPath = "";
   purchaseToken = "";
@@ -422,41 +225,12 @@ class Demo {
   }
 
   /** Runs `main.ts <args>` as the admin CLI and returns its JSON answer. */
-  async cli(args: string[]): Promise<Record<string, unknown>> {
+  cli(args: string[]): Promise<Record<string, unknown>> {
     showCommand(cliCommandLines(args));
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", ...servicePermissions(this.env, args), MAIN, ...args],
-      cwd: ROOT,
-      env: this.env,
-      clearEnv: true,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    this.resources.commands.add(child);
-    const timer = setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch {
-        // exited meanwhile
-      }
-    }, CLI_TIMEOUT_MS);
-    try {
-      const output = await child.output();
-      const stdout = new TextDecoder().decode(output.stdout).trim();
-      const stderr = new TextDecoder().decode(output.stderr).trim();
-      if (output.signal === "SIGKILL") {
-        throw new DemoError(`the command took longer than ${CLI_TIMEOUT_MS / 1000} s`);
-      }
-      if (output.code !== 0) {
-        const last = stderr.split("\n").at(-1) ?? "";
-        throw new DemoError(`the command exited with code ${output.code}: ${last}`);
-      }
-      return JSON.parse(stdout);
-    } finally {
-      clearTimeout(timer);
-      this.resources.commands.delete(child);
-    }
+    return runAdminCommand(this.env, args, {
+      timeoutMs: CLI_TIMEOUT_MS,
+      track: this.resources.commands,
+    });
   }
 }
 
@@ -475,62 +249,27 @@ async function startSimulators(demo: Demo): Promise<void> {
   resources.tempDir = demo.dir;
   demo.dataDir = join(demo.dir, "data");
 
-  const pki = await createStoreaTestPki();
-  demo.signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID, environment: "Production" });
-  demo.rootPemPath = await writeStoreaRootPem(pki, join(demo.dir, "storea-test-root.pem"));
-  demo.storeaApi = await startStoreaApiSimulator({ signer: demo.signer });
-  resources.simulators.push({ name: "App Store simulator", close: () => demo.storeaApi.close() });
-
-  demo.play = await startStorebSimulator();
-  resources.simulators.push({ name: "Google Play simulator", close: () => demo.play.close() });
-  demo.issuer = await startPushTokenIssuer();
-  resources.simulators.push({ name: "push token issuer", close: () => demo.issuer.close() });
+  // The tenant's App Store Connect API key (.p8) and Play service account, made fresh, and one
+  // purchase in each store: a monthly subscription bought a minute ago.
+  demo.keys = await createTenantStoreKeys();
+  ({ storeaKeyPath: demo.storeaKeyPath, serviceAccountPath: demo.serviceAccountPath } =
+    await writeTenantStoreKeys(demo.dir, demo.keys));
+  demo.purchaseToken = playPurchaseToken();
+  demo.stores = await startSimulatedStores({
+    dir: demo.dir,
+    keys: demo.keys,
+    purchases: { storeaTransactionId: TRANSACTION_ID, storebPurchaseToken: demo.purchaseToken },
+  });
+  resources.simulators.push({ name: "store simulators", close: () => demo.stores.close() });
   // A careful backend refuses a delivery whose signature does not verify.
   demo.receiver = await startCallbackReceiver({ rejectInvalidSignatures: true });
   resources.simulators.push({ name: "callback receiver", close: () => demo.receiver.close() });
 
-  // The tenant's App Store Connect API key (.p8) and Play service account, made fresh.
-  const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, true, [
-    "sign",
-    "verify",
-  ]);
-  const p8 = derToPem(
-    new Uint8Array(await crypto.subtle.exportKey("pkcs8", pair.privateKey)),
-    "PRIVATE KEY",
-  );
-  demo.storeaKeyPath = join(demo.dir, `AuthKey_${STOREA_KEY_ID}.p8`);
-  await Deno.writeTextFile(demo.storeaKeyPath, p8);
-  await demo.storeaApi.addKey({
-    issuerId: STOREA_ISSUER_ID,
-    keyId: STOREA_KEY_ID,
-    bundleId: BUNDLE_ID,
-    privateKeyPem: p8,
-  });
-  const account = await createServiceAccount({ tokenUri: demo.play.tokenUrl });
-  demo.serviceAccountPath = join(demo.dir, "play-service-account.json");
-  await Deno.writeTextFile(demo.serviceAccountPath, account.json);
-  await demo.play.addServiceAccount(account);
-
-  // One purchase in each store: a monthly subscription bought a minute ago.
-  await demo.storeaApi.addTransaction(
-    "production",
-    demo.signer.sampleTransaction({
-      transactionId: TRANSACTION_ID,
-      originalTransactionId: TRANSACTION_ID,
-      productId: STOREA_PRODUCT_ID,
-    }),
-  );
-  demo.purchaseToken = playPurchaseToken();
-  demo.play.addSubscription({
-    packageName: PACKAGE_NAME,
-    purchaseToken: demo.purchaseToken,
-    purchase: sampleSubscriptionPurchase(),
-  });
-
+  const { storeaApi, play, issuer } = demo.stores;
   say("");
-  ok(`App Store Server API   ${demo.storeaApi.productionUrl} (and /sandbox)`);
-  ok(`Play Developer API     ${demo.play.apiUrl} (OAuth tokens at ${demo.play.tokenUrl})`);
-  ok(`push token issuer      ${demo.issuer.certsUrl}`);
+  ok(`App Store Server API   ${storeaApi.productionUrl} (and /sandbox)`);
+  ok(`Play Developer API     ${play.apiUrl} (OAuth tokens at ${play.tokenUrl})`);
+  ok(`push token issuer      ${issuer.certsUrl}`);
   ok(`callback receiver      ${demo.receiver.url}`);
   explain(
     dim(`Temporary directory: ${demo.dir}`),
@@ -556,20 +295,12 @@ async function startService(demo: Demo): Promise<void> {
     ["HOST", "127.0.0.1"],
     ["CALLBACK_ALLOW_HTTP", "true"],
     ["CALLBACK_ALLOW_PRIVATE_NETWORKS", "true"],
-    ["STOREA_API_URL_PRODUCTION", demo.storeaApi.productionUrl],
-    ["STOREA_API_URL_SANDBOX", demo.storeaApi.sandboxUrl],
-    ["STOREA_ROOT_CERTS", demo.rootPemPath],
-    ["STOREB_API_URL", demo.play.apiUrl],
-    ["STOREB_TOKEN_URL", demo.play.tokenUrl],
-    ["STOREB_OIDC_CERTS_URL", demo.issuer.certsUrl],
+    ...Object.entries(demo.stores.serviceEnv),
   ];
-  demo.env = childEnv(Object.fromEntries(own));
+  demo.env = serviceEnv(Object.fromEntries(own), { keepCallerVariables: false });
   // `deno task start` runs the same command, with the permissions this configuration gives.
   showCommand([...own.map(([name, value]) => `${name}=${shellWord(value)}`), "deno task start"]);
-  const service = new ServiceProcess(
-    ["run", ...servicePermissions(demo.env), MAIN, "serve"],
-    demo.env,
-  );
+  const service = new ServiceProcess(demo.env);
   demo.resources.service = service;
   say(dim("  Waiting for the `listening` log line (the first run also creates the database)…"));
   const port = await service.listeningPort(BOOT_TIMEOUT_MS);
@@ -577,9 +308,11 @@ async function startService(demo: Demo): Promise<void> {
   ok(`listening on ${demo.serviceUrl}`);
 
   showCommand([`curl -s ${demo.serviceUrl}/ready`]);
-  const ready = await request("GET", `${demo.serviceUrl}/ready`);
+  const ready = await requestJson("GET", `${demo.serviceUrl}/ready`, {
+    timeoutMs: HTTP_TIMEOUT_MS,
+  });
   showJson(ready.json);
-  if (ready.status !== 200) throw new DemoError(`/ready answered ${ready.status}`);
+  if (ready.status !== 200) throw new ExplainedError(`/ready answered ${ready.status}`);
 }
 
 async function createTenant(demo: Demo): Promise<void> {
@@ -600,7 +333,7 @@ async function createTenant(demo: Demo): Promise<void> {
     demo.receiver.url,
   ]);
   const secret = String(tenant.webhookSecret ?? "");
-  if (!/^whsec_/.test(secret)) throw new DemoError("tenant create printed no webhook secret");
+  if (!/^whsec_/.test(secret)) throw new ExplainedError("tenant create printed no webhook secret");
   demo.tenantId = String(tenant.id);
   demo.receiver.setSecrets([secret]);
   showJson({ ...tenant, webhookSecret: shorten(secret, 12) });
@@ -631,9 +364,9 @@ async function setStoreaCredentials(demo: Demo): Promise<void> {
     "--bundle-id",
     BUNDLE_ID,
     "--key-id",
-    STOREA_KEY_ID,
+    demo.keys.storeaKeyId,
     "--issuer-id",
-    STOREA_ISSUER_ID,
+    demo.keys.storeaIssuerId,
     "--private-key-file",
     demo.storeaKeyPath,
     "--environment",
@@ -676,7 +409,11 @@ async function verifyStorea(demo: Demo): Promise<void> {
   const url = `${demo.serviceUrl}/v1/storea/verify`;
   const headers = { Authorization: `Bearer ${demo.apiKey}`, "Content-Type": "application/json" };
   showCommand(curlLines(url, headers, JSON.stringify(body)));
-  const answer = await request("POST", url, { Authorization: headers.Authorization }, body);
+  const answer = await requestJson("POST", url, {
+    headers: { Authorization: headers.Authorization },
+    body,
+    timeoutMs: HTTP_TIMEOUT_MS,
+  });
   const transaction = answer.json?.transaction ?? {};
   showJson(abridge({
     ...pick(answer.json ?? {}, [
@@ -706,7 +443,9 @@ async function verifyStorea(demo: Demo): Promise<void> {
       : {}),
   }));
   if (answer.status !== 200 || answer.json?.valid !== true) {
-    throw new DemoError(`the store A verify answered ${outcome(answer)}, not a valid purchase`);
+    throw new ExplainedError(
+      `the store A verify answered ${outcome(answer)}, not a valid purchase`,
+    );
   }
   say("");
   ok(
@@ -734,7 +473,11 @@ async function verifyStoreb(demo: Demo): Promise<void> {
   const url = `${demo.serviceUrl}/v1/storeb/verify`;
   const headers = { Authorization: `Bearer ${demo.apiKey}`, "Content-Type": "application/json" };
   showCommand(curlLines(url, headers, JSON.stringify(body)));
-  const answer = await request("POST", url, { Authorization: headers.Authorization }, body);
+  const answer = await requestJson("POST", url, {
+    headers: { Authorization: headers.Authorization },
+    body,
+    timeoutMs: HTTP_TIMEOUT_MS,
+  });
   const purchase = answer.json?.purchase ?? {};
   showJson(abridge({
     ...pick(answer.json ?? {}, ["valid", "version", "appUserId", "error", "message", "purchase"]),
@@ -756,7 +499,9 @@ async function verifyStoreb(demo: Demo): Promise<void> {
       : {}),
   }));
   if (answer.status !== 200 || answer.json?.valid !== true) {
-    throw new DemoError(`the store B verify answered ${outcome(answer)}, not a valid purchase`);
+    throw new ExplainedError(
+      `the store B verify answered ${outcome(answer)}, not a valid purchase`,
+    );
   }
   say("");
   ok(`valid: ${purchase.productId}, auto-renewing until ${purchase.expiryTime}`);
@@ -773,7 +518,7 @@ async function notifyStorea(demo: Demo): Promise<void> {
     "Here the store A signer makes a DID_RENEW notification for the purchase verified above.",
   );
   const now = Date.now();
-  const transaction = demo.signer.sampleTransaction({
+  const transaction = demo.stores.signer.sampleTransaction({
     transactionId: RENEWAL_TRANSACTION_ID,
     originalTransactionId: TRANSACTION_ID,
     productId: STOREA_PRODUCT_ID,
@@ -782,16 +527,16 @@ async function notifyStorea(demo: Demo): Promise<void> {
     expiresDate: now + 30 * 86_400_000,
     transactionReason: "RENEWAL",
   });
-  const payload = await demo.signer.notificationPayload({
+  const payload = await demo.stores.signer.notificationPayload({
     notificationType: "DID_RENEW",
     transaction,
-    renewalInfo: demo.signer.sampleRenewalInfo({
+    renewalInfo: demo.stores.signer.sampleRenewalInfo({
       originalTransactionId: TRANSACTION_ID,
       productId: STOREA_PRODUCT_ID,
     }),
     status: 1,
   });
-  const signedPayload = await demo.signer.signNotification(payload);
+  const signedPayload = await demo.stores.signer.signNotification(payload);
   const url = `${demo.serviceUrl}/v1/webhooks/storea/${demo.tenantId}`;
   showCommand(
     curlLines(
@@ -803,7 +548,10 @@ async function notifyStorea(demo: Demo): Promise<void> {
   explain(dim("where signedPayload decodes to:"));
   showJson(abridge(payload));
   say("");
-  const answer = await request("POST", url, {}, { signedPayload });
+  const answer = await requestJson("POST", url, {
+    body: { signedPayload },
+    timeoutMs: HTTP_TIMEOUT_MS,
+  });
   demo.storeaReceipt = checkReceipt(answer, "store A");
   showJson(answer.json);
   say("");
@@ -825,7 +573,10 @@ async function notifyStoreb(demo: Demo): Promise<void> {
     subscriptionId: STOREB_PRODUCT_ID,
   });
   const envelope = pushEnvelope(notification);
-  const token = await demo.issuer.mint({ audience: storebWebhookUrl(demo), email: PUSH_ACCOUNT });
+  const token = await demo.stores.issuer.mint({
+    audience: storebWebhookUrl(demo),
+    email: PUSH_ACCOUNT,
+  });
   const url = storebWebhookUrl(demo);
   const shown = JSON.stringify({
     message: { data: shorten(envelope.message.data, 36), messageId: envelope.message.messageId },
@@ -838,7 +589,11 @@ async function notifyStoreb(demo: Demo): Promise<void> {
   explain(dim("where message.data decodes to:"));
   showJson(abridge(notification));
   say("");
-  const answer = await request("POST", url, { Authorization: `Bearer ${token}` }, envelope);
+  const answer = await requestJson("POST", url, {
+    headers: { Authorization: `Bearer ${token}` },
+    body: envelope,
+    timeoutMs: HTTP_TIMEOUT_MS,
+  });
   demo.storebReceipt = checkReceipt(answer, "store B");
   showJson(answer.json);
   say("");
@@ -862,21 +617,21 @@ async function showDeliveries(demo: Demo): Promise<void> {
     DELIVERY_TIMEOUT_MS + 1000,
     "waiting for the deliveries",
   ).catch((error) => {
-    throw new DemoError((error as Error).message);
+    throw new ExplainedError((error as Error).message);
   });
   for (const [index, { eventId, source }] of expected.entries()) {
     const delivery = demo.receiver.deliveries.find((d) =>
       d.headers["x-service-event-id"] === eventId
     );
-    if (delivery === undefined) throw new DemoError(`no delivery arrived for ${eventId}`);
+    if (delivery === undefined) throw new ExplainedError(`no delivery arrived for ${eventId}`);
     showDelivery(delivery, index + 1, expected.length);
     // deno-lint-ignore no-explicit-any
     const body = delivery.json as any;
     if (!delivery.signatureValid) {
-      throw new DemoError(`the delivery of ${eventId} does not carry a valid signature`);
+      throw new ExplainedError(`the delivery of ${eventId} does not carry a valid signature`);
     }
     if (body?.source !== source || body?.eventId !== eventId) {
-      throw new DemoError(`the delivery of ${eventId} does not describe that event`);
+      throw new ExplainedError(`the delivery of ${eventId} does not describe that event`);
     }
     const line = `delivery ${body.event} ${eventId} from ${source}: signature valid`;
     ok(line);
@@ -935,7 +690,7 @@ function checkReceipt(answer: JsonAnswer, store: string): string {
   const receipt = answer.json ?? {};
   if (answer.status !== 200 || receipt.isNew !== true || receipt.enqueuedDelivery !== true) {
     showJson(receipt);
-    throw new DemoError(`the ${store} receiver answered ${outcome(answer)}, not a new event`);
+    throw new ExplainedError(`the ${store} receiver answered ${outcome(answer)}, not a new event`);
   }
   return String(receipt.eventId);
 }
@@ -950,31 +705,20 @@ function storebWebhookUrl(demo: Demo): string {
   return `${demo.serviceUrl}/v1/webhooks/storeb/${demo.tenantId}`;
 }
 
-/** A token shaped like Play's: 24 letters, a dot, then an opaque base64url tail. */
-function playPurchaseToken(): string {
-  const letters = Array.from(
-    crypto.getRandomValues(new Uint8Array(24)),
-    (byte) => String.fromCharCode(97 + (byte % 26)),
-  ).join("");
-  const tail = crypto.getRandomValues(new Uint8Array(30)).toBase64({
-    alphabet: "base64url",
-    omitPadding: true,
-  });
-  return `${letters}.AO-J1O${tail}`;
-}
-
 function whatNext(demo: Demo, keep: boolean): void {
   say("", bold("Summary"));
   for (const line of demo.summary) ok(line);
   say(
     "",
     bold("What next"),
+    "  - Build your backend against it: `deno task dev` runs the service against these",
+    "    simulators with a ready tenant, and `deno task cli trigger` sends any event to your",
+    '    endpoint (docs/integration.md, "Testing locally")',
     "  - Integrate your backend: docs/integration.md (the verify answers, deliveries, and how to",
     "    check a signature, with examples in docs/examples/)",
     "  - Event names of both stores: docs/events.md",
-    "  - Run it for real (store credentials, store setup, PostgreSQL): docs/operations.md",
-    "  - Configuration and every CLI command: README.md",
-    "  - The simulators used here are in simulators/, for your own tests.",
+    "  - Run it for real (store credentials, store setup, PostgreSQL, configuration, every CLI",
+    "    command): docs/operations.md",
   );
   if (!keep) say(dim("  Run `deno task demo --keep` to keep everything running and explore."));
 }
@@ -993,7 +737,7 @@ async function keepRunning(demo: Demo, signalled: Promise<void>): Promise<void> 
   const service = demo.resources.service!;
   service.onLine = (line) => say(dim(line));
   const exited = service.exited.then((status) => {
-    throw new DemoError(`the service exited with code ${status.code}`);
+    throw new ExplainedError(`the service exited with code ${status.code}`);
   });
   exited.catch(() => {});
   await Promise.race([signalled, exited]);
@@ -1080,7 +824,7 @@ async function main(args: string[]): Promise<number> {
     console.error(
       "\n" + red(`✗ Step ${demo.step}/${TOTAL_STEPS} (${demo.stepTitle}) failed: ${message}`),
     );
-    if (!(error instanceof DemoError) && error instanceof Error && error.stack) {
+    if (!(error instanceof ExplainedError) && error instanceof Error && error.stack) {
       console.error(dim(error.stack));
     }
     const tail = demo.resources.service?.tail() ?? "";

@@ -33,6 +33,7 @@ import {
   clientGone,
   closeServer,
   listenOnLoopback,
+  type LoopbackAddress,
   sleepUnlessAborted,
 } from "./loopback_http.ts";
 
@@ -51,6 +52,12 @@ export interface CallbackReceiverOptions {
    * depend on the signature and a test inspects `signatureValid`.
    */
   rejectInvalidSignatures?: boolean;
+  /** The port to listen on. Default 0: a free one. */
+  port?: number;
+  /** The loopback address to listen on. Default `127.0.0.1`. */
+  address?: LoopbackAddress;
+  /** Called with each request once it is answered (or dropped), e.g. to print it. */
+  onAnswered?: (delivery: ReceivedDelivery) => void;
 }
 
 /** One request the receiver received. */
@@ -160,6 +167,9 @@ class Receiver implements CallbackReceiver {
   readonly #toleranceSeconds: number;
   readonly #path: string;
   readonly #rejectInvalidSignatures: boolean;
+  readonly #port: number;
+  readonly #address: LoopbackAddress;
+  readonly #onAnswered: ((delivery: ReceivedDelivery) => void) | null;
   readonly #scripts: ScriptedCallbackAnswer[] = [];
   readonly #waiters = new Set<Waiter>();
   #inFlight = 0;
@@ -178,11 +188,18 @@ class Receiver implements CallbackReceiver {
     this.#toleranceSeconds = options.toleranceSeconds ?? 300;
     this.#path = options.path ?? "/hooks";
     this.#rejectInvalidSignatures = options.rejectInvalidSignatures ?? false;
+    this.#port = options.port ?? 0;
+    this.#address = options.address ?? "127.0.0.1";
+    this.#onAnswered = options.onAnswered ?? null;
   }
 
   async listen(): Promise<void> {
-    const port = await listenOnLoopback(this.#server);
-    this.url = `http://127.0.0.1:${port}${this.#path}`;
+    const port = await listenOnLoopback(this.#server, {
+      port: this.#port,
+      address: this.#address,
+    });
+    const host = this.#address.includes(":") ? `[${this.#address}]` : this.#address;
+    this.url = `http://${host}:${port}${this.#path}`;
   }
 
   setSecrets(secrets: string[]): void {
@@ -244,10 +261,12 @@ class Receiver implements CallbackReceiver {
     this.#inFlight++;
     this.#maxInFlight = Math.max(this.#maxInFlight, this.#inFlight);
     let unanswered = true;
+    let recorded: ReceivedDelivery | null = null;
     const settle = () => {
       if (unanswered) {
         unanswered = false;
         this.#inFlight--;
+        if (recorded !== null) this.#onAnswered?.(recorded);
       }
     };
     // The client left, or close() dropped the connection, before an answer.
@@ -275,11 +294,12 @@ class Receiver implements CallbackReceiver {
       receivedAt,
     };
     this.deliveries.push(delivery);
+    recorded = delivery;
     this.#wakeWaiters();
 
     const answer = (status: number, text: string, extra?: Record<string, string>) => {
-      settle();
       delivery.answeredStatus = status;
+      settle();
       answerAndClose(res, status, BODYLESS_STATUSES.has(status) ? "" : text, extra);
     };
     if (new URL(delivery.path, "http://127.0.0.1").pathname !== this.#path) {

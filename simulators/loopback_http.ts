@@ -8,11 +8,29 @@
 import type http from "node:http";
 import type { AddressInfo } from "node:net";
 
-/** Listens on 127.0.0.1 on a free port; resolves with the port. */
-export function listenOnLoopback(server: http.Server): Promise<number> {
+/** A loopback address to listen on. */
+export type LoopbackAddress = "127.0.0.1" | "::1";
+
+/** Where {@linkcode listenOnLoopback} listens. */
+export interface LoopbackListenOptions {
+  /** Default 0: a free port. */
+  port?: number;
+  /** Default `127.0.0.1`. */
+  address?: LoopbackAddress;
+}
+
+/** Listens on a loopback address, by default 127.0.0.1 on a free port; resolves with the port. */
+export function listenOnLoopback(
+  server: http.Server,
+  options: LoopbackListenOptions = {},
+): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+    server.listen(
+      options.port ?? 0,
+      options.address ?? "127.0.0.1",
+      () => resolve((server.address() as AddressInfo).port),
+    );
   });
 }
 

@@ -67,6 +67,8 @@ export function servicePermissions(
       ...config.storeaRootCerts,
       ...(config.databaseCaFile === null ? [] : [config.databaseCaFile]),
       ...fileOptions(args),
+      // `trigger` finds the simulators of `deno task dev` through a file in DATA_DIR.
+      ...(args[0] === "trigger" ? [config.dataDir] : []),
     ],
     writes: data,
     ffi: config.cryptoEngine !== "webcrypto",

@@ -464,3 +464,29 @@ Deno.test("docs: links to operations.md sections resolve", () => {
     }
   }
 });
+
+Deno.test("docs: the README is a landing page, and every task it names exists", () => {
+  assert.ok(
+    new TextEncoder().encode(readme).length <= 15_000,
+    "README.md is a landing page: at most about 15 KB; details belong in docs/",
+  );
+  const tasks = Object.keys(JSON.parse(read("deno.json")).tasks);
+  const quickStart = /## Quick start\n[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme);
+  assert.ok(quickStart, "README.md has no Quick start with a sh block");
+  assert.deepEqual(
+    quickStart[1].trim().split("\n"),
+    ["deno task start", "deno task test"],
+    "the quick start is two commands: the service on the embedded engine, and the tests",
+  );
+  const named = matchesOf(readme, /deno task (?:-q )?([a-z][\w:-]*)/g);
+  assert.ok(named.includes("dev") && named.includes("demo"), "README.md shows the demo and dev");
+  for (const task of named) {
+    assert.ok(tasks.includes(task), `README.md names \`deno task ${task}\`, which deno.json lacks`);
+  }
+  // One home: variables are documented in docs/operations.md, not in a README table.
+  assert.doesNotMatch(readme, /^\| `[A-Z][A-Z0-9_]+` +\|/m, "README.md must not hold variables");
+  const anchors = anchorsOf(read("docs/integration.md"));
+  for (const target of matchesOf(readme, /integration\.md#([^)\s]+)\)/g)) {
+    assert.ok(anchors.has(target), `README.md links to integration.md#${target}, which is gone`);
+  }
+});

@@ -53,6 +53,7 @@ import { setStoreaCredentials, setStorebCredentials } from "./credentials.ts";
 import { listAllDeliveries, retryDeliveries, showDelivery } from "./deliveries.ts";
 import { testWebhook } from "./webhook.ts";
 import { lookupAudit } from "./audit.ts";
+import { triggerNotification } from "./trigger.ts";
 
 export type { CliContext } from "./command.ts";
 export { CommandError, UsageError } from "./command.ts";
@@ -345,6 +346,35 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         description:
           'Prints `{tenantId, subjectHash, entries}`, newest first. The audit keeps ids only as keyed hashes; the given one is hashed the same way (docs/operations.md, "Validation audit").',
         run: lookupAudit,
+      },
+    ],
+  },
+  {
+    title: "Development",
+    commands: [
+      {
+        words: ["trigger"],
+        summary: "have the store simulators send a notification (dev only)",
+        args: ["STORE", "TYPE"],
+        usage: [
+          "storea NOTIFICATION_TYPE [--subtype SUBTYPE] --tenant ID",
+          "storeb subscription.N|one_time_product.N|voided_purchase|test --tenant ID",
+        ],
+        options: {
+          tenant: {
+            value: "ID",
+            summary: "the tenant whose receiver gets the notification",
+            required: true,
+          },
+          subtype: {
+            value: "SUBTYPE",
+            summary:
+              "store A: the subtype, such as VOLUNTARY; store B voided_purchase: full_refund (the default) or partial_refund",
+          },
+        },
+        description:
+          "Needs a running `deno task dev` on the same `DATA_DIR`: its store simulators make a notification of any type the event catalog names (docs/events.md), signed with keys only the service it started trusts, and the command posts it to that service's receiver for the tenant, as the store would. The service stores it and delivers it to the tenant's callback URL like any notification. Prints `{tenantId, store, type, subtype, receiverUrl, eventId, isNew, event, reason, platformEvent, subject, callbackUrl, delivery}`, `delivery` once its first attempt is recorded (`{id, status, attempts, responseCode, error, nextAttemptAt}`; null without a callback URL). Refused with `DEV_ONLY` when NODE_ENV is production and with `SIMULATORS_NOT_RUNNING` without `deno task dev`, before anything is signed (docs/integration.md, \"Testing locally\").",
+        run: triggerNotification,
       },
     ],
   },

@@ -97,6 +97,29 @@ const STOREB_ONE_TIME_EVENTS: Record<number, string> = {
   2: "product.canceled", // ONE_TIME_PRODUCT_CANCELED
 };
 
+/** The notification types the tables name; see {@linkcode namedNotificationTypes}. */
+export interface NamedNotificationTypes {
+  /** Store A `notificationType` values (some name an event only with a subtype). */
+  storea: string[];
+  /** Store B subscription `notificationType` numbers. */
+  storebSubscription: number[];
+  /** Store B one-time product `notificationType` numbers. */
+  storebOneTimeProduct: number[];
+}
+
+/**
+ * The notification types the catalog names an event for, in table order (store B's voided
+ * purchase and test notifications have no type number): what a development tool may make
+ * (`purchase-relay trigger`).
+ */
+export function namedNotificationTypes(): NamedNotificationTypes {
+  return {
+    storea: Object.keys(STOREA_EVENTS),
+    storebSubscription: Object.keys(STOREB_SUBSCRIPTION_EVENTS).map(Number),
+    storebOneTimeProduct: Object.keys(STOREB_ONE_TIME_EVENTS).map(Number),
+  };
+}
+
 /**
  * Classifies a verified store A notification. `transaction` is its verified nested
  * `signedTransactionInfo`, or null when the notification has none (TEST, for instance).
