@@ -61,6 +61,10 @@ export interface Config {
   deprecatedVariables: string[];
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
+
+  // Retention: read by `retention` below.
+  /** Days a finished delivery is kept, with its attempts and event; 0 keeps them forever. */
+  eventRetentionDays: number;
 }
 
 /** A variable that is missing or invalid. The message names the variable, never a secret value. */
@@ -200,7 +204,13 @@ export function readConfig(env: Env): Config {
       : boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS", allowPrivateText),
     deprecatedVariables: insecureText === undefined ? [] : ["CALLBACK_ALLOW_INSECURE"],
     shutdownTimeoutMs: duration("SHUTDOWN_TIMEOUT", value("SHUTDOWN_TIMEOUT") ?? "10s"),
+    ...retention(value("EVENT_RETENTION_DAYS") ?? "90"),
   };
+}
+
+/** `EVENT_RETENTION_DAYS` (default 90, 0 keeps forever: docs/operations.md, "Retention"). */
+function retention(text: string): Pick<Config, "eventRetentionDays"> {
+  return { eventRetentionDays: integer("EVENT_RETENTION_DAYS", text, 0, 36500) };
 }
 
 /**
@@ -230,17 +240,17 @@ export function readEnvironment(): Env {
   return Object.fromEntries(configVariables().map((name) => [name, Deno.env.get(name)]));
 }
 
-/** Decodes `ENCRYPTION_KEY`: standard or URL-safe base64 of exactly 32 bytes. */
-export function decodeMasterKey(text: string): Uint8Array {
+/** Decodes `ENCRYPTION_KEY` (or `variable`): standard or URL-safe base64 of exactly 32 bytes. */
+export function decodeMasterKey(text: string, variable = "ENCRYPTION_KEY"): Uint8Array {
   const normalized = text.replaceAll("-", "+").replaceAll("_", "/");
   let bytes: Uint8Array;
   try {
     bytes = Uint8Array.from(atob(normalized), (c) => c.charCodeAt(0));
   } catch {
-    throw new ConfigError("ENCRYPTION_KEY", "is not valid base64");
+    throw new ConfigError(variable, "is not valid base64");
   }
   if (bytes.length !== 32) {
-    throw new ConfigError("ENCRYPTION_KEY", `must decode to 32 bytes, got ${bytes.length}`);
+    throw new ConfigError(variable, `must decode to 32 bytes, got ${bytes.length}`);
   }
   return bytes;
 }

@@ -6,6 +6,7 @@
  */
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
+import { BatchPacer, type PruneOptions } from "../retention/batches.ts";
 
 /** One verify outcome. */
 export interface AuditEntry {
@@ -81,14 +82,6 @@ export class ValidationAudit {
     return this.#flushing;
   }
 
-  /** Deletes entries older than `retentionDays`; returns how many went. */
-  async prune(retentionDays: number): Promise<number> {
-    const result = await this.#sql`
-      DELETE FROM validation_audit
-      WHERE created_at < now() - make_interval(days => ${retentionDays})`;
-    return result.count;
-  }
-
   async #write(): Promise<void> {
     if (this.#buffer.length === 0) return;
     const batch = this.#buffer.splice(0, 1_000);
@@ -116,5 +109,40 @@ export class ValidationAudit {
       return;
     }
     if (this.#buffer.length > 0) await this.#write();
+  }
+}
+
+/** What a prune of the audit deleted. */
+export interface AuditPruneResult {
+  deleted: number;
+  /** False when it was stopped (shutdown) before it ran out of rows to delete. */
+  complete: boolean;
+}
+
+/**
+ * Deletes audit entries older than `retentionDays`, in batches paced as every prune is
+ * (src/retention/batches.ts), with `SKIP LOCKED` so that replicas pruning at once share the rows.
+ */
+export async function pruneValidationAudit(
+  sql: Sql,
+  retentionDays: number,
+  options: PruneOptions = {},
+): Promise<AuditPruneResult> {
+  const pacer = new BatchPacer(options);
+  let deleted = 0;
+  while (true) {
+    const batch = await pacer.run(() =>
+      sql`
+        WITH chosen AS (
+          SELECT id FROM validation_audit
+          WHERE created_at < now() - make_interval(days => ${retentionDays})
+          LIMIT ${pacer.batchSize}
+          FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM validation_audit a USING chosen WHERE a.id = chosen.id`
+    );
+    if (batch === null) return { deleted, complete: false };
+    deleted += batch.count;
+    if (batch.count < pacer.batchSize) return { deleted, complete: true };
   }
 }

@@ -53,6 +53,7 @@ import { setStoreaCredentials, setStorebCredentials } from "./credentials.ts";
 import { listAllDeliveries, retryDeliveries, showDelivery } from "./deliveries.ts";
 import { testWebhook } from "./webhook.ts";
 import { lookupAudit } from "./audit.ts";
+import { runRetention } from "./retention.ts";
 
 export type { CliContext } from "./command.ts";
 export { CommandError, UsageError } from "./command.ts";
@@ -345,6 +346,18 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         description:
           'Prints `{tenantId, subjectHash, entries}`, newest first. The audit keeps ids only as keyed hashes; the given one is hashed the same way (docs/operations.md, "Validation audit").',
         run: lookupAudit,
+      },
+    ],
+  },
+  {
+    title: "Maintenance",
+    commands: [
+      {
+        words: ["retention", "run"],
+        summary: "delete old events, deliveries, attempts and audit rows now",
+        description:
+          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events, and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever) and the rows deleted (docs/operations.md, "Retention").',
+        run: runRetention,
       },
     ],
   },
