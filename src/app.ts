@@ -12,7 +12,7 @@ import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
 import { NOTIFY_POLL_INTERVAL_MS } from "./db/pooler.ts";
 import { SecretBox } from "./crypto/secrets.ts";
-import { ensureEncryptionCanary } from "./db/settings.ts";
+import { auditHashKey, ensureEncryptionCanary } from "./db/settings.ts";
 import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
 import { findTenants } from "./db/tenants.ts";
 import { loadMasterKey } from "./master_key.ts";
@@ -32,6 +32,7 @@ import { StorebVerifier } from "./storeb/verify.ts";
 import { PushTokenVerifier } from "./storeb/push_token.ts";
 import { SingleFlight } from "./single_flight.ts";
 import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.ts";
+import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
 import { ingestNotification } from "./events/ingest.ts";
@@ -68,7 +69,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     rootCertificates: await storeaRootCertificates(config, log),
     engine: cryptoEngine,
   });
-  const box = new SecretBox(await loadMasterKey(config, log));
+  const box = new SecretBox(await loadMasterKey(config, log), config.encryptionKeyPrevious);
   const db = await connectDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -89,6 +90,15 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   const readiness = new Readiness(db, box, log);
   const keyMatches = await readiness.encryptionCheck();
   if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
+  if (box.previous !== null) {
+    log.info("encryption_key_previous_set", {
+      keyId: box.keyId,
+      previousKeyId: box.previous.keyId,
+      canaryOpensWith: readiness.canaryOpensWith,
+      hint: "once every replica has this configuration, run encryption rotate-key; then remove " +
+        'ENCRYPTION_KEY_PREVIOUS (docs/operations.md, "Rotating ENCRYPTION_KEY")',
+    });
+  }
   await warnAboutTenantsWithoutPushAccount(db, log);
 
   const audit = config.validationAuditEnabled
@@ -227,7 +237,8 @@ function startValidationAudit(
   log: Logger,
   stack: AsyncDisposableStack,
 ): ValidationAudit {
-  const audit = new ValidationAudit(db.sql, box, {
+  const hasher = new SubjectHasher(() => auditHashKey(db.sql, box));
+  const audit = new ValidationAudit(db.sql, hasher, {
     onFlushError: (error, dropped) =>
       log.warn("audit_flush_failed", { dropped, ...log.errorFields(error) }),
   });

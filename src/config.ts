@@ -62,9 +62,11 @@ export interface Config {
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
 
-  // Retention: read by `retention` below.
+  // Retention and encryption key rotation: read by `retentionAndRotation` below.
   /** Days a finished delivery is kept, with its attempts and event; 0 keeps them forever. */
   eventRetentionDays: number;
+  /** The master key being rotated away from (`ENCRYPTION_KEY_PREVIOUS`), or `null`. */
+  encryptionKeyPrevious: Uint8Array | null;
 }
 
 /** A variable that is missing or invalid. The message names the variable, never a secret value. */
@@ -204,13 +206,38 @@ export function readConfig(env: Env): Config {
       : boolean("CALLBACK_ALLOW_PRIVATE_NETWORKS", allowPrivateText),
     deprecatedVariables: insecureText === undefined ? [] : ["CALLBACK_ALLOW_INSECURE"],
     shutdownTimeoutMs: duration("SHUTDOWN_TIMEOUT", value("SHUTDOWN_TIMEOUT") ?? "10s"),
-    ...retention(value("EVENT_RETENTION_DAYS") ?? "90"),
+    ...retentionAndRotation(value("EVENT_RETENTION_DAYS") ?? "90", {
+      previous: value("ENCRYPTION_KEY_PREVIOUS"),
+      current: encryptionKeyText,
+    }),
   };
 }
 
-/** `EVENT_RETENTION_DAYS` (default 90, 0 keeps forever: docs/operations.md, "Retention"). */
-function retention(text: string): Pick<Config, "eventRetentionDays"> {
-  return { eventRetentionDays: integer("EVENT_RETENTION_DAYS", text, 0, 36500) };
+/**
+ * `EVENT_RETENTION_DAYS` (default 90, 0 keeps forever: docs/operations.md, "Retention") and
+ * `ENCRYPTION_KEY_PREVIOUS` (docs/operations.md, "Rotating `ENCRYPTION_KEY`"), which needs an
+ * `ENCRYPTION_KEY` to rotate to and must differ from it.
+ */
+function retentionAndRotation(
+  retentionText: string,
+  keys: { previous: string | undefined; current: string | undefined },
+): Pick<Config, "eventRetentionDays" | "encryptionKeyPrevious"> {
+  const name = "ENCRYPTION_KEY_PREVIOUS";
+  let previous: Uint8Array | null = null;
+  if (keys.previous !== undefined) {
+    if (keys.current === undefined) {
+      throw new ConfigError(name, "is set, but ENCRYPTION_KEY is not");
+    }
+    previous = decodeMasterKey(keys.previous, name);
+    const current = decodeMasterKey(keys.current);
+    if (previous.every((byte, i) => byte === current[i])) {
+      throw new ConfigError(name, "is the same key as ENCRYPTION_KEY");
+    }
+  }
+  return {
+    eventRetentionDays: integer("EVENT_RETENTION_DAYS", retentionText, 0, 36500),
+    encryptionKeyPrevious: previous,
+  };
 }
 
 /**

@@ -5,7 +5,7 @@
  * are dropped (and counted) rather than growing without limit.
  */
 import type { Sql } from "../db/connect.ts";
-import type { SecretBox } from "../crypto/secrets.ts";
+import type { SubjectHasher } from "./subject_hash.ts";
 import { BatchPacer, type PruneOptions } from "../retention/batches.ts";
 
 /** One verify outcome. */
@@ -38,7 +38,7 @@ interface BufferedEntry extends AuditEntry {
 /** Buffers audit entries and writes them in batches. */
 export class ValidationAudit {
   #sql: Sql;
-  #box: SecretBox;
+  #hasher: SubjectHasher;
   #buffer: BufferedEntry[] = [];
   #dropped = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -47,9 +47,9 @@ export class ValidationAudit {
   #bufferLimit: number;
   #onFlushError: (error: unknown, dropped: number) => void;
 
-  constructor(sql: Sql, box: SecretBox, options: ValidationAuditOptions = {}) {
+  constructor(sql: Sql, hasher: SubjectHasher, options: ValidationAuditOptions = {}) {
     this.#sql = sql;
-    this.#box = box;
+    this.#hasher = hasher;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1_000;
     this.#bufferLimit = options.bufferLimit ?? 50_000;
     this.#onFlushError = options.onFlushError ?? (() => {});
@@ -89,7 +89,7 @@ export class ValidationAudit {
       const rows = await Promise.all(batch.map(async (entry) => ({
         tenant_id: entry.tenantId,
         store: entry.store,
-        subject_hash: await this.#box.keyedHash("audit-subject", entry.subject),
+        subject_hash: await this.#hasher.hash(entry.subject),
         outcome: entry.outcome,
         upstream_status: entry.upstreamStatus,
         latency_ms: Math.round(entry.latencyMs),
