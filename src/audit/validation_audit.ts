@@ -136,6 +136,7 @@ export async function pruneValidationAudit(
         WITH chosen AS (
           SELECT id FROM validation_audit
           WHERE created_at < now() - make_interval(days => ${retentionDays})
+          ORDER BY created_at
           LIMIT ${pacer.batchSize}
           FOR UPDATE SKIP LOCKED
         )
