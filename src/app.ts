@@ -12,7 +12,7 @@ import { connectDatabase, type Database } from "./db/connect.ts";
 import { migrate } from "./db/migrate.ts";
 import { NOTIFY_POLL_INTERVAL_MS } from "./db/pooler.ts";
 import { SecretBox } from "./crypto/secrets.ts";
-import { ensureEncryptionCanary } from "./db/settings.ts";
+import { auditHashKey, ensureEncryptionCanary } from "./db/settings.ts";
 import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
 import { findTenants } from "./db/tenants.ts";
 import { loadMasterKey } from "./master_key.ts";
@@ -31,7 +31,10 @@ import { StoreaVerifier } from "./storea/verify.ts";
 import { StorebVerifier } from "./storeb/verify.ts";
 import { PushTokenVerifier } from "./storeb/push_token.ts";
 import { SingleFlight } from "./single_flight.ts";
-import { ValidationAudit } from "./audit/validation_audit.ts";
+import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.ts";
+import { SubjectHasher } from "./audit/subject_hash.ts";
+import { pruneRelayHistory } from "./retention/relay_history.ts";
+import { PruneJob } from "./retention/job.ts";
 import { ingestNotification } from "./events/ingest.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
@@ -66,7 +69,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     rootCertificates: await storeaRootCertificates(config, log),
     engine: cryptoEngine,
   });
-  const box = new SecretBox(await loadMasterKey(config, log));
+  const box = new SecretBox(await loadMasterKey(config, log), config.encryptionKeyPrevious);
   const db = await connectDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -87,10 +90,19 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   const readiness = new Readiness(db, box, log);
   const keyMatches = await readiness.encryptionCheck();
   if (keyMatches !== "ok") log.error("encryption_key_mismatch", { check: keyMatches });
+  if (box.previous !== null) {
+    log.info("encryption_key_previous_set", {
+      keyId: box.keyId,
+      previousKeyId: box.previous.keyId,
+      canaryOpensWith: readiness.canaryOpensWith,
+      hint: "once every replica has this configuration, run encryption rotate-key; then remove " +
+        'ENCRYPTION_KEY_PREVIOUS (docs/operations.md, "Rotating ENCRYPTION_KEY")',
+    });
+  }
   await warnAboutTenantsWithoutPushAccount(db, log);
 
   const audit = config.validationAuditEnabled
-    ? await startValidationAudit(db, box, config, log)
+    ? startValidationAudit(db, box, config, log, stack)
     : null;
   if (audit !== null) {
     stack.defer(() =>
@@ -103,6 +115,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   authenticator.start();
   stack.defer(() => authenticator.stop());
   const dispatcher = await startDispatcher(db, box, config, log, stack);
+  startEventRetention(db, config, log, stack);
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
     ttlMs: CREDENTIALS_TTL_MS,
@@ -215,15 +228,17 @@ async function warnAboutTenantsWithoutPushAccount(db: Database, log: Logger): Pr
 
 /**
  * Starts the validation audit: batched background writes, and with a retention period a prune
- * at boot and then daily (a `Deno.cron` job; every replica may run it, deleting is idempotent).
+ * at boot, in the background, and then daily (src/retention/job.ts).
  */
-async function startValidationAudit(
+function startValidationAudit(
   db: Database,
   box: SecretBox,
   config: Config,
   log: Logger,
-): Promise<ValidationAudit> {
-  const audit = new ValidationAudit(db.sql, box, {
+  stack: AsyncDisposableStack,
+): ValidationAudit {
+  const hasher = new SubjectHasher(() => auditHashKey(db.sql, box));
+  const audit = new ValidationAudit(db.sql, hasher, {
     onFlushError: (error, dropped) =>
       log.warn("audit_flush_failed", { dropped, ...log.errorFields(error) }),
   });
@@ -235,17 +250,47 @@ async function startValidationAudit(
     });
     return audit;
   }
-  const prune = async () => {
+  const prune = new PruneJob("validation audit retention", "17 3 * * *", async (signal) => {
     try {
-      const deleted = await audit.prune(retentionDays);
-      log.info("validation_audit_pruned", { deleted, retentionDays });
+      const { deleted, complete } = await pruneValidationAudit(db.sql, retentionDays, { signal });
+      log.info("validation_audit_pruned", { deleted, retentionDays, complete });
     } catch (error) {
       log.warn("validation_audit_prune_failed", log.errorFields(error));
     }
-  };
-  await prune();
-  Deno.cron("validation audit retention", "17 3 * * *", prune);
+  });
+  prune.start();
+  stack.defer(() => prune.stop());
   return audit;
+}
+
+/**
+ * Starts the retention of events, deliveries and attempts (`EVENT_RETENTION_DAYS`, unless 0): a
+ * prune at boot, in the background, then every hour, so that each run has about an hour's worth
+ * to delete (docs/operations.md, "Retention").
+ */
+function startEventRetention(
+  db: Database,
+  config: Config,
+  log: Logger,
+  stack: AsyncDisposableStack,
+): void {
+  const retentionDays = config.eventRetentionDays;
+  if (retentionDays === 0) return;
+  const job = new PruneJob("event retention", "41 * * * *", async (signal) => {
+    const started = performance.now();
+    try {
+      const pruned = await pruneRelayHistory(db.sql, retentionDays, { signal });
+      log.info("event_retention_pruned", {
+        ...pruned,
+        retentionDays,
+        durationMs: Math.round(performance.now() - started),
+      });
+    } catch (error) {
+      log.warn("event_retention_failed", log.errorFields(error));
+    }
+  });
+  job.start();
+  stack.defer(() => job.stop());
 }
 
 /**

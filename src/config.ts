@@ -87,6 +87,10 @@ export interface Config {
   deprecatedVariables: string[];
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
+  /** Days a finished delivery is kept, with its attempts and event; 0 keeps them forever. */
+  eventRetentionDays: number;
+  /** The master key being rotated away from (`ENCRYPTION_KEY_PREVIOUS`), or `null`. */
+  encryptionKeyPrevious: Uint8Array | null;
 }
 
 /** A variable that is missing or invalid. The message names the variable, never a secret value. */
@@ -122,6 +126,8 @@ export interface ConfigVariable<K extends keyof Config = keyof Config> {
   readonly defaultText?: string;
   /** A variable it is refused without, because that one's absence would make it ignored. */
   readonly needs?: string;
+  /** Checks a set value against other variables; refuses with {@linkcode InvalidValue}. */
+  readonly check?: (value: unknown, valueOf: ValueOf) => void;
   /** Its value is never quoted in a refusal. */
   readonly secret: boolean;
   /** The boot warns while it is set (`config_variable_deprecated`). */
@@ -209,6 +215,23 @@ export const CONFIG_GROUPS = [
         description:
           "The master key that seals store credentials and webhook secrets, for example from `openssl rand -base64 32`. The same on every replica and for the CLI. Back it up apart from the database: without it the sealed values cannot be opened. See [Secrets at rest](#secrets-at-rest).",
         example: { set: "" },
+      }),
+      variable({
+        name: "ENCRYPTION_KEY_PREVIOUS",
+        field: "encryptionKeyPrevious",
+        parser: masterKey,
+        secret: true,
+        needs: "ENCRYPTION_KEY",
+        check: (previous, valueOf) => {
+          const current = valueOf("ENCRYPTION_KEY") as Uint8Array;
+          if ((previous as Uint8Array).every((byte, i) => byte === current[i])) {
+            throw new InvalidValue("is the same key as ENCRYPTION_KEY");
+          }
+        },
+        unset: () => null,
+        defaultText: "unset: values are sealed and opened with `ENCRYPTION_KEY` alone",
+        description:
+          "The key being rotated away from, while `ENCRYPTION_KEY` is the new one: values sealed with either open, new ones are sealed with `ENCRYPTION_KEY`. Set it on every replica, run `encryption rotate-key`, then remove it. See [Rotating `ENCRYPTION_KEY`](#rotating-encryption_key).",
       }),
       variable({
         name: "DATABASE_URL",
@@ -373,6 +396,19 @@ export const CONFIG_GROUPS = [
         description:
           "Days of audit rows to keep; older rows are deleted at boot and daily. While the audit is enabled and this is unset, boot logs `validation_audit_enabled_no_retention`.",
         example: { shown: "90" },
+      }),
+    ],
+  },
+  {
+    title: "Retention",
+    variables: [
+      variable({
+        name: "EVENT_RETENTION_DAYS",
+        field: "eventRetentionDays",
+        parser: integer(0, 36500),
+        default: "90",
+        description:
+          "Days a delivered or failed delivery is kept, with its attempts and its event; `0` keeps them forever. Pending deliveries are never deleted. Pruned at boot and every hour, in small batches. Keep at least 31 so that a notification a store sends again is still recognised as a duplicate. See [Retention](#retention).",
       }),
     ],
   },
@@ -611,7 +647,9 @@ function readVariable(row: ConfigVariable, env: Env, valueOf: ValueOf): unknown 
   if (row.needs !== undefined && textOf(env, row.needs) === undefined) {
     throw new ConfigError(row.name, `is set, but ${row.needs} is not`);
   }
-  return parseVariable(row, text);
+  const value = parseVariable(row, text);
+  if (row.check !== undefined) refusedAs(row, () => row.check!(value, valueOf));
+  return value;
 }
 
 function parseVariable(row: ConfigVariable, text: string): unknown {

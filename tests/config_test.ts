@@ -37,9 +37,12 @@ Deno.test("config table: a secret's value is never in its refusal", () => {
   const secrets = CONFIG_VARIABLES.filter((row) => row.secret);
   assert.deepEqual(
     secrets.map((row) => row.name).sort(),
-    ["DATABASE_LISTEN_URL", "DATABASE_URL", "ENCRYPTION_KEY"],
+    ["DATABASE_LISTEN_URL", "DATABASE_URL", "ENCRYPTION_KEY", "ENCRYPTION_KEY_PREVIOUS"],
   );
-  const database = { DATABASE_URL: "postgres://relay@db.internal/relay" };
+  const database = {
+    DATABASE_URL: "postgres://relay@db.internal/relay",
+    ENCRYPTION_KEY: btoa(String.fromCharCode(...new Uint8Array(32).fill(1))),
+  };
   for (const row of secrets) {
     // Each refused in its own way: not a URL, a URL of another scheme, not base64, too short.
     for (const bad of [MARK, `mysql://u:${MARK}@h/db`, `${MARK}!!`, btoa(MARK)]) {

@@ -12,11 +12,19 @@ export interface ReadinessChecks {
   encryption: string;
 }
 
+/** The variable of a master key. */
+export type EncryptionKeyName = "ENCRYPTION_KEY" | "ENCRYPTION_KEY_PREVIOUS";
+
 /** What `/ready` reports. */
 export interface ReadinessReport {
   checks: ReadinessChecks;
   /** Whether the process has begun to shut down; it then answers 503 whatever the checks say. */
   draining: boolean;
+  /**
+   * While `ENCRYPTION_KEY_PREVIOUS` is set: the key that opens the canary, which tells whether
+   * `encryption rotate-key` has run (docs/operations.md, "Rotating `ENCRYPTION_KEY`").
+   */
+  encryptionKey?: EncryptionKeyName;
 }
 
 /** What the health endpoints need. */
@@ -35,12 +43,13 @@ export function healthHandler(deps: HealthDeps): Handler {
 /** Answers `GET /ready`: 200 when every check is `ok` and the process is not draining. */
 export function readyHandler(deps: HealthDeps): Handler {
   return async () => {
-    const { checks, draining } = await deps.checkReadiness();
+    const { checks, draining, encryptionKey } = await deps.checkReadiness();
     const ok = !draining && checks.db === "ok" && checks.encryption === "ok";
     return jsonResponse(ok ? 200 : 503, {
       status: ok ? "ok" : "degraded",
       version: deps.version,
       checks,
+      ...(encryptionKey ? { encryptionKey } : {}),
       ...(draining ? { draining } : {}),
     });
   };

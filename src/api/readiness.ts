@@ -7,10 +7,10 @@
  */
 import { withDeadline } from "../deadline.ts";
 import type { Database } from "../db/connect.ts";
-import type { SecretBox } from "../crypto/secrets.ts";
+import { sealedKeyId, type SecretBox } from "../crypto/secrets.ts";
 import { canaryOpens, readEncryptionCanary } from "../db/settings.ts";
 import type { Logger } from "../log.ts";
-import type { ReadinessReport } from "./health.ts";
+import type { EncryptionKeyName, ReadinessReport } from "./health.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
@@ -26,7 +26,10 @@ export class Readiness {
   #log: Logger;
   /** The last encryption verdict, kept for when the database cannot be asked. */
   #encryption = "fail: not checked yet";
-  #verdicts = new Map<string, boolean>();
+  /** The key that opened the canary at the last check; null when none did. */
+  #canaryOpensWith: EncryptionKeyName | null = null;
+  /** Which key opens each sealed canary seen (it changes only when a rotation re-seals it). */
+  #verdicts = new Map<string, EncryptionKeyName | null>();
   /** When the current outage was last logged (null while the database answers). */
   #failureLoggedAt: number | null = null;
   /** Probes that failed in the current outage. */
@@ -54,11 +57,29 @@ export class Readiness {
         this.#failureLoggedAt = null;
         this.#failedProbes = 0;
       }
-      return { checks: { db: "ok", encryption }, draining };
+      return { checks: { db: "ok", encryption }, draining, ...this.#rotation() };
     } catch (error) {
       this.#logFailure(error);
-      return { checks: { db: READY_DB_FAILED, encryption: this.#encryption }, draining };
+      return {
+        checks: { db: READY_DB_FAILED, encryption: this.#encryption },
+        draining,
+        ...this.#rotation(),
+      };
     }
+  }
+
+  /**
+   * The key that opened the canary at the last check (`ENCRYPTION_KEY`, or
+   * `ENCRYPTION_KEY_PREVIOUS` until `encryption rotate-key` has run); null when none did.
+   */
+  get canaryOpensWith(): EncryptionKeyName | null {
+    return this.#canaryOpensWith;
+  }
+
+  /** During a rotation (`ENCRYPTION_KEY_PREVIOUS` set), which key opens the canary. */
+  #rotation(): Pick<ReadinessReport, "encryptionKey"> {
+    if (this.#box.previous === null || this.#canaryOpensWith === null) return {};
+    return { encryptionKey: this.#canaryOpensWith };
   }
 
   #logFailure(error: unknown): void {
@@ -78,21 +99,33 @@ export class Readiness {
     this.#failureLoggedAt = now;
   }
 
-  /** Reads the canary (which also proves the database answers) and opens it with our key. */
+  /** Reads the canary (which also proves the database answers) and opens it with our keys. */
   async encryptionCheck(): Promise<string> {
     const sealed = await readEncryptionCanary(this.#db.sql);
     if (sealed === null) {
       this.#encryption = "fail: the database has no encryption canary";
       return this.#encryption;
     }
-    let opens = this.#verdicts.get(sealed);
-    if (opens === undefined) {
-      opens = await canaryOpens(this.#box, sealed);
-      this.#verdicts.set(sealed, opens);
+    let opensWith = this.#verdicts.get(sealed);
+    if (opensWith === undefined) {
+      opensWith = await this.#keyOpening(sealed);
+      this.#verdicts.set(sealed, opensWith);
     }
-    this.#encryption = opens
-      ? "ok"
-      : "fail: ENCRYPTION_KEY is not the key this database was set up with";
+    this.#canaryOpensWith = opensWith;
+    if (opensWith !== null) {
+      this.#encryption = "ok";
+    } else if (this.#box.previous === null) {
+      this.#encryption = "fail: ENCRYPTION_KEY is not the key this database was set up with";
+    } else {
+      this.#encryption = "fail: neither ENCRYPTION_KEY nor ENCRYPTION_KEY_PREVIOUS is the key " +
+        "this database was set up with";
+    }
     return this.#encryption;
+  }
+
+  /** The key that opens the sealed canary, or null when neither does. */
+  async #keyOpening(sealed: string): Promise<EncryptionKeyName | null> {
+    if (!await canaryOpens(this.#box, sealed)) return null;
+    return sealedKeyId(sealed) === this.#box.keyId ? "ENCRYPTION_KEY" : "ENCRYPTION_KEY_PREVIOUS";
   }
 }

@@ -5,7 +5,8 @@
  * are dropped (and counted) rather than growing without limit.
  */
 import type { Sql } from "../db/connect.ts";
-import type { SecretBox } from "../crypto/secrets.ts";
+import type { SubjectHasher } from "./subject_hash.ts";
+import { BatchPacer, type PruneOptions } from "../retention/batches.ts";
 
 /** One verify outcome. */
 export interface AuditEntry {
@@ -37,7 +38,7 @@ interface BufferedEntry extends AuditEntry {
 /** Buffers audit entries and writes them in batches. */
 export class ValidationAudit {
   #sql: Sql;
-  #box: SecretBox;
+  #hasher: SubjectHasher;
   #buffer: BufferedEntry[] = [];
   #dropped = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -46,9 +47,9 @@ export class ValidationAudit {
   #bufferLimit: number;
   #onFlushError: (error: unknown, dropped: number) => void;
 
-  constructor(sql: Sql, box: SecretBox, options: ValidationAuditOptions = {}) {
+  constructor(sql: Sql, hasher: SubjectHasher, options: ValidationAuditOptions = {}) {
     this.#sql = sql;
-    this.#box = box;
+    this.#hasher = hasher;
     this.#flushIntervalMs = options.flushIntervalMs ?? 1_000;
     this.#bufferLimit = options.bufferLimit ?? 50_000;
     this.#onFlushError = options.onFlushError ?? (() => {});
@@ -81,14 +82,6 @@ export class ValidationAudit {
     return this.#flushing;
   }
 
-  /** Deletes entries older than `retentionDays`; returns how many went. */
-  async prune(retentionDays: number): Promise<number> {
-    const result = await this.#sql`
-      DELETE FROM validation_audit
-      WHERE created_at < now() - make_interval(days => ${retentionDays})`;
-    return result.count;
-  }
-
   async #write(): Promise<void> {
     if (this.#buffer.length === 0) return;
     const batch = this.#buffer.splice(0, 1_000);
@@ -96,7 +89,7 @@ export class ValidationAudit {
       const rows = await Promise.all(batch.map(async (entry) => ({
         tenant_id: entry.tenantId,
         store: entry.store,
-        subject_hash: await this.#box.keyedHash("audit-subject", entry.subject),
+        subject_hash: await this.#hasher.hash(entry.subject),
         outcome: entry.outcome,
         upstream_status: entry.upstreamStatus,
         latency_ms: Math.round(entry.latencyMs),
@@ -116,5 +109,41 @@ export class ValidationAudit {
       return;
     }
     if (this.#buffer.length > 0) await this.#write();
+  }
+}
+
+/** What a prune of the audit deleted. */
+export interface AuditPruneResult {
+  deleted: number;
+  /** False when it was stopped (shutdown) before it ran out of rows to delete. */
+  complete: boolean;
+}
+
+/**
+ * Deletes audit entries older than `retentionDays`, in batches paced as every prune is
+ * (src/retention/batches.ts), with `SKIP LOCKED` so that replicas pruning at once share the rows.
+ */
+export async function pruneValidationAudit(
+  sql: Sql,
+  retentionDays: number,
+  options: PruneOptions = {},
+): Promise<AuditPruneResult> {
+  const pacer = new BatchPacer(options);
+  let deleted = 0;
+  while (true) {
+    const batch = await pacer.run(() =>
+      sql`
+        WITH chosen AS (
+          SELECT id FROM validation_audit
+          WHERE created_at < now() - make_interval(days => ${retentionDays})
+          ORDER BY created_at
+          LIMIT ${pacer.batchSize}
+          FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM validation_audit a USING chosen WHERE a.id = chosen.id`
+    );
+    if (batch === null) return { deleted, complete: false };
+    deleted += batch.count;
+    if (batch.count < pacer.batchSize) return { deleted, complete: true };
   }
 }

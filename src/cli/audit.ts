@@ -1,10 +1,12 @@
 /**
  * `audit lookup`: the validation audit rows of one transaction id or purchase token. The audit
- * keeps ids only as keyed hashes; this hashes the given id the same way.
+ * keeps ids only as keyed hashes; this hashes the given id the same way, with the same key.
  * @module
  */
 import type { CliContext, CommandInput, CommandOutput } from "./command.ts";
 import { limitOption, mustFindTenant } from "./inputs.ts";
+import { SubjectHasher } from "../audit/subject_hash.ts";
+import { auditHashKey } from "../db/settings.ts";
 
 /** `audit lookup TENANT_ID --subject TRANSACTION_ID_OR_TOKEN [--limit N]` */
 export async function lookupAudit(
@@ -14,7 +16,7 @@ export async function lookupAudit(
   const limit = limitOption(options.limit!);
   const { db, box } = await context.open();
   await mustFindTenant(db, tenantId);
-  const hash = await box.keyedHash("audit-subject", options.subject!);
+  const hash = await new SubjectHasher(() => auditHashKey(db.sql, box)).hash(options.subject!);
   const rows = await db.sql`
     SELECT store, outcome, upstream_status, latency_ms, created_at
     FROM validation_audit

@@ -23,7 +23,7 @@ export async function openForCli(
   log: Logger,
   options: OpenOptions = {},
 ): Promise<OpenDatabase> {
-  const box = new SecretBox(await loadMasterKey(config, log));
+  const box = new SecretBox(await loadMasterKey(config, log), config.encryptionKeyPrevious);
   const db = await connectDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -48,7 +48,11 @@ export async function openForCli(
     if (canary === null || !await canaryOpens(box, canary)) {
       throw new CommandError(
         "ENCRYPTION_KEY_MISMATCH",
-        "ENCRYPTION_KEY is not the key this database was set up with; nothing was changed",
+        box.previous === null
+          ? "ENCRYPTION_KEY is not the key this database was set up with; nothing was changed " +
+            "(while rotating it, set ENCRYPTION_KEY_PREVIOUS to the key being replaced)"
+          : "neither ENCRYPTION_KEY nor ENCRYPTION_KEY_PREVIOUS is the key this database was " +
+            "set up with; nothing was changed",
       );
     }
     return { db, box, applied };

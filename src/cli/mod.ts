@@ -54,6 +54,8 @@ import { listAllDeliveries, retryDeliveries, showDelivery } from "./deliveries.t
 import { testWebhook } from "./webhook.ts";
 import { lookupAudit } from "./audit.ts";
 import { triggerNotification } from "./trigger.ts";
+import { runRetention } from "./retention.ts";
+import { rotateKey } from "./encryption.ts";
 
 export type { CliContext } from "./command.ts";
 export { CommandError, UsageError } from "./command.ts";
@@ -346,6 +348,25 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         description:
           'Prints `{tenantId, subjectHash, entries}`, newest first. The audit keeps ids only as keyed hashes; the given one is hashed the same way (docs/operations.md, "Validation audit").',
         run: lookupAudit,
+      },
+    ],
+  },
+  {
+    title: "Maintenance",
+    commands: [
+      {
+        words: ["retention", "run"],
+        summary: "delete old events, deliveries, attempts and audit rows now",
+        description:
+          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events, and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever) and the rows deleted (docs/operations.md, "Retention").',
+        run: runRetention,
+      },
+      {
+        words: ["encryption", "rotate-key"],
+        summary: "seal every stored secret again with ENCRYPTION_KEY",
+        description:
+          'Opens every sealed value (store credentials, webhook secrets current and previous, the encryption canary, the audit hash key) and seals it again with `ENCRYPTION_KEY`, in one transaction; values sealed with another key must open with `ENCRYPTION_KEY_PREVIOUS`, or nothing is changed (`SECRETS_UNREADABLE`, with the `unreadable` values). Values already sealed with `ENCRYPTION_KEY` are left alone, so running it again is harmless. Safe while replicas run with `ENCRYPTION_KEY` and `ENCRYPTION_KEY_PREVIOUS` set as here. Prints `{keyId, previousKeyId, resealed, alreadyCurrent}`: the key ids (fingerprints, not keys) and the values sealed again, by kind. The procedure: docs/operations.md, "Rotating `ENCRYPTION_KEY`".',
+        run: rotateKey,
       },
     ],
   },

@@ -1,8 +1,9 @@
 /**
  * Secrets at rest: store credentials and webhook secrets are sealed with AES-256-GCM under a key
  * derived per purpose from the master `ENCRYPTION_KEY` (HKDF-SHA-256). A sealed value records
- * the id of the master key that sealed it, so the master key can be rotated later, and is bound
- * to its purpose and owner (additional data) so a value copied to another row does not open.
+ * the id of the master key that sealed it, so that during a rotation values sealed with the
+ * previous key (`ENCRYPTION_KEY_PREVIOUS`) still open, and is bound to its purpose and owner
+ * (additional data) so a value copied to another row does not open.
  *
  * Format: `v1.<keyId>.<base64url nonce>.<base64url ciphertext+tag>`.
  */
@@ -13,9 +14,10 @@ export type SecretPurpose =
   | "storea-private-key"
   | "storeb-service-account"
   | "webhook-secret"
-  | "canary";
+  | "canary"
+  | "hash-key";
 
-/** What a keyed hash is for; each has its own derived HMAC key. */
+/** What a keyed hash is for; each has its own key. */
 export type HashPurpose = "audit-subject";
 
 /** A value that could not be opened: wrong key, wrong owner, or tampered. */
@@ -30,19 +32,30 @@ export class SecretError extends Error {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-/** Seals and opens secrets under one master key. */
+/**
+ * Seals secrets under the master key, and opens those sealed under it or, during a rotation,
+ * under the previous master key.
+ */
 export class SecretBox {
   /** A short, non-secret fingerprint of the master key. */
   readonly keyId: string;
+  /**
+   * The box of the previous master key (`ENCRYPTION_KEY_PREVIOUS`) during a rotation, else null:
+   * what it sealed still opens, and nothing new is sealed with it.
+   */
+  readonly previous: SecretBox | null;
   #master: Promise<CryptoKey>;
   /** Derived keys by HKDF info string. */
   #derived = new Map<string, Promise<CryptoKey>>();
 
-  constructor(masterKey: Uint8Array) {
+  constructor(masterKey: Uint8Array, previousKey: Uint8Array | null = null) {
     this.keyId = masterKeyId(masterKey);
     this.#master = crypto.subtle.importKey("raw", toBuffer(masterKey), "HKDF", false, [
       "deriveKey",
+      "deriveBits",
     ]);
+    const previous = previousKey === null ? null : new SecretBox(previousKey);
+    this.previous = previous?.keyId === this.keyId ? null : previous;
   }
 
   /** Seals `plaintext` for `purpose`, bound to `owner` (a tenant id, for instance). */
@@ -62,7 +75,11 @@ export class SecretBox {
     const parts = sealed.split(".");
     if (parts.length !== 4 || parts[0] !== "v1") throw new SecretError("not a sealed value");
     if (parts[1] !== this.keyId) {
-      throw new SecretError(`sealed with master key ${parts[1]}, not the configured ${this.keyId}`);
+      if (parts[1] === this.previous?.keyId) {
+        return await this.previous.open(purpose, owner, sealed);
+      }
+      const configured = [this.keyId, this.previous?.keyId].filter(Boolean).join(" or ");
+      throw new SecretError(`sealed with master key ${parts[1]}, not the configured ${configured}`);
     }
     const key = await this.#keyFor(purpose);
     try {
@@ -82,15 +99,16 @@ export class SecretBox {
   }
 
   /**
-   * A keyed hash (HMAC-SHA-256, hex) of `text`: stable for one master key, and useless to
-   * someone who has the hashes but not the key.
+   * The HMAC-SHA-256 key this master key derives for `purpose` (512 bits), which keyed the
+   * hashes of `purpose` until they got a key of their own (src/db/settings.ts).
    */
-  async keyedHash(purpose: HashPurpose, text: string): Promise<string> {
-    const key = await this.#derive(`hash:${purpose}`, { name: "HMAC", hash: "SHA-256" }, [
-      "sign",
-    ]);
-    const mac = await crypto.subtle.sign("HMAC", key, encoder.encode(text));
-    return Array.from(new Uint8Array(mac), (b) => b.toString(16).padStart(2, "0")).join("");
+  async derivedHashKey(purpose: HashPurpose): Promise<Uint8Array> {
+    const bits = await crypto.subtle.deriveBits(
+      hkdfParams(`hash:${purpose}`),
+      await this.#master,
+      512,
+    );
+    return new Uint8Array(bits);
   }
 
   #keyFor(purpose: SecretPurpose): Promise<CryptoKey> {
@@ -100,19 +118,14 @@ export class SecretBox {
   /** The key for `info`, derived once from the master key with HKDF-SHA-256. */
   #derive(
     info: string,
-    algorithm: AesKeyGenParams | HmacImportParams,
+    algorithm: AesKeyGenParams,
     usages: KeyUsage[],
   ): Promise<CryptoKey> {
     let key = this.#derived.get(info);
     if (!key) {
       key = this.#master.then((master) =>
         crypto.subtle.deriveKey(
-          {
-            name: "HKDF",
-            hash: "SHA-256",
-            salt: encoder.encode("purchase-relay"),
-            info: encoder.encode(info),
-          },
+          hkdfParams(info),
           master,
           algorithm,
           false,
@@ -123,6 +136,21 @@ export class SecretBox {
     }
     return key;
   }
+}
+
+function hkdfParams(info: string): HkdfParams {
+  return {
+    name: "HKDF",
+    hash: "SHA-256",
+    salt: encoder.encode("purchase-relay"),
+    info: encoder.encode(info),
+  };
+}
+
+/** The id of the master key that sealed `sealed`, or null when it is not a sealed value. */
+export function sealedKeyId(sealed: string): string | null {
+  const parts = sealed.split(".");
+  return parts.length === 4 && parts[0] === "v1" ? parts[1] : null;
 }
 
 /** The id recorded in sealed values: the first 8 hex digits of a hash of the master key. */
