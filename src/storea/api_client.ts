@@ -14,7 +14,7 @@ export type StoreaEnvironmentName = "production" | "sandbox";
 export type TransactionLookup =
   | { kind: "found"; signedTransactionInfo: string }
   | { kind: "not_found"; upstreamCode: number | null }
-  /** Production answers 401 for apps that were never released: try sandbox, as for a 404. */
+  /** Production answers 401 for apps that were never released: automatic mode then asks sandbox. */
   | { kind: "unauthorized" };
 
 /** Where the API lives. */
