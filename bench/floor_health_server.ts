@@ -1,11 +1,12 @@
 /**
- * The floor for `bench/health.ts`: the bare server plus only what the spec asks of every response:
- * the `X-Request-Id` and `X-Service-Version` headers, and one `http_request` JSON line per request
- * on stdout, written by the service's own logger (src/log.ts, which batches its writes). No
- * routing, no error handling, no shutdown.
+ * The floor for `bench/health.ts`: the bare server plus only what every response must have
+ * (docs/integration.md, "Common headers"; docs/operations.md, "Logs"): the `X-Request-Id` and
+ * `X-Service-Version` headers, and one `http_request` JSON line per request on stdout, written by
+ * the service's own logger (src/log.ts, which batches its writes). No routing, no error handling,
+ * no shutdown.
  *
  * It is the cheapest way we know to do that work: the gap between this and the bare server is
- * what the spec's per-request work costs on the machine, and the gap between this and the service
+ * what the required per-request work costs on the machine, and the gap between this and the service
  * is what the service's pipeline adds to it.
  */
 import { newId } from "../src/ids.ts";

@@ -1,8 +1,8 @@
 /**
  * `GET /health` of the real service against a bare `Deno.serve` answering the same body, and
- * against a floor: the bare server plus only the headers and log line the spec asks of every
- * response (`bench/floor_health_server.ts`), which tells how much of the gap any implementation
- * would pay on the machine.
+ * against a floor: the bare server plus only the headers and log line every response must have
+ * (`bench/floor_health_server.ts`), which tells how much of the gap any implementation would pay on
+ * the machine.
  *
  * Each server runs as its own `deno` process pinned to one core (`taskset -c 0`); `wrk` runs pinned
  * to another (`taskset -c 1`), first for a warm-up, then for the measured run with `--latency`.
@@ -93,7 +93,7 @@ export interface HealthBenchmarkResult {
   settings: LoadSettings & { rounds: number };
   /** The medians of the rounds (each field the median of its own). */
   bare: TargetResult;
-  /** The bare server plus the spec's per-request headers and log line, and nothing else. */
+  /** The bare server plus the required per-request headers and log line, and nothing else. */
   floor: TargetResult;
   /** The service on PostgreSQL: the production setup, which the goals are judged on. */
   service: TargetResult;
@@ -109,7 +109,7 @@ export interface HealthBenchmarkResult {
   floorRatios: number[];
   /** Their median: what the goal is judged on. */
   serviceVsFloor: number;
-  /** floor req/s divided by bare req/s: the most the spec's per-request work leaves. */
+  /** floor req/s divided by bare req/s: the most the required per-request work leaves. */
   floorRatio: number;
   /** serviceEmbedded req/s divided by bare req/s (the bare server's median). */
   ratioEmbedded: number;
@@ -249,7 +249,7 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
     `- on PostgreSQL, peak RSS under ${goal.maxRssMb} MB: ${service.rssMb.toFixed(1)} MB, ${
       mark(goal.rssMet)
     }`,
-    `- against the bare server: the floor (the spec's per-request headers and log line) keeps ` +
+    `- against the bare server: the floor (the required per-request headers and log line) keeps ` +
     `${pct(floorRatio)} of its req/s, the service on PostgreSQL ${pct(ratio)}`,
     `- server CPU per request (CPU time over requests; steadier than req/s when other ` +
     `processes share the server's core): bare ${cpuMicros(result.bare)}, floor ${

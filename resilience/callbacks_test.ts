@@ -1,8 +1,8 @@
 /**
- * Callbacks that misbehave the ways real ones do (decisions.md 9): they hang, answer after the
- * timeout, reset the connection, or answer a huge body. The dispatcher keeps its concurrency
- * bound, ends every attempt at its timeout, keeps only the first 4 KB of a body and its memory
- * flat; every event is still delivered once the callback behaves.
+ * Callbacks that misbehave the ways real ones do: they hang, answer after the timeout, reset the
+ * connection, or answer a huge body. The dispatcher keeps its concurrency bound, ends every attempt
+ * at its timeout, keeps only the first 4 KB of a body and its memory flat; every event is still
+ * delivered once the callback behaves.
  */
 import assert from "node:assert/strict";
 import { databaseOf, ENGINE, startService } from "../tests/helpers/service.ts";

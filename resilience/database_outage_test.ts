@@ -1,8 +1,8 @@
 /**
- * The database made unreachable while traffic flows (spec 1 "Operational behavior"), through a
- * TCP proxy between the service and PostgreSQL: `/health` stays 200, `/ready` turns 503 naming the
- * failing check, verify answers 500 `INTERNAL_ERROR`, the receivers answer 500 so the stores send
- * again; nothing acknowledged is lost, and everything recovers without a restart.
+ * The database made unreachable while traffic flows (docs/operations.md, "The database goes away"),
+ * through a TCP proxy between the service and PostgreSQL: `/health` stays 200, `/ready` turns 503
+ * naming the failing check, verify answers 500 `INTERNAL_ERROR`, the receivers answer 500 so the
+ * stores send again; nothing acknowledged is lost, and everything recovers without a restart.
  */
 import assert from "node:assert/strict";
 import { ENGINE, freshDatabase, startService } from "../tests/helpers/service.ts";

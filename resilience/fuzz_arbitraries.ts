@@ -4,8 +4,9 @@
  * failing run prints a readable counterexample that replays from its seed; `build*` functions turn
  * a recipe into what goes on the wire, signing with the store simulators where needed.
  *
- * Also here: the oracles that follow from the spec alone (sections 4, 5, 7, 8): which route a path
- * reaches, which API key a header names, and which request bodies the spec itself refuses.
+ * Also here: the oracles that follow from the documented interface alone (docs/integration.md and
+ * docs/operations.md): which route a path reaches, which API key a header names, and which request
+ * bodies the documented limits refuse.
  *
  * @module
  */
@@ -14,9 +15,9 @@ import { type EndpointName, ENDPOINTS } from "../src/api/mod.ts";
 import type { StoreaSigner } from "../simulators/storea_signer.ts";
 import type { PushTokenClaimsInput, PushTokenIssuer } from "../simulators/storeb_push.ts";
 
-/** Spec 8: verify bodies are at most 16 KB. */
+/** Verify bodies are at most 16 KB. */
 export const VERIFY_LIMIT = 16 * 1024;
-/** Spec 8: receiver bodies are at most 1 MB. */
+/** Receiver bodies are at most 1 MB. */
 export const RECEIVER_LIMIT = 1024 * 1024;
 
 const encoder = new TextEncoder();
@@ -358,7 +359,7 @@ export const contentType: fc.Arbitrary<string | null> = fc.oneof(
   { weight: 1, arbitrary: headerValue(60) },
 );
 
-/** Spec conventions: the body must be `application/json` (parameters aside). */
+/** Every request body must be `application/json` (parameters aside). */
 export function isJsonContentType(value: string | null): boolean {
   if (value === null) return false;
   return value.split(";", 1)[0].trim().toLowerCase() === "application/json";
@@ -548,7 +549,7 @@ function editKey(key: string, edit: KeyEdit): string {
 }
 
 /**
- * Spec 5.1-5.2: whose key `header` carries, as the service receives it (fetch trims the value).
+ * Whose API key `header` carries, as the service receives it (fetch trims the value).
  * The scheme is case-insensitive (RFC 7235); anything else about the header must be exact.
  */
 export function apiKeyHolder(
@@ -575,9 +576,9 @@ export type RouteOutcome =
   | { kind: "none" };
 
 /**
- * The endpoint of spec 4 that `method` and `pathname` (exactly as the server receives it, query
- * excluded) address. A `:tenantId` segment is percent-decoded; one that does not decode, or is
- * empty, addresses nothing.
+ * The endpoint that `method` and `pathname` (exactly as the server receives it, query excluded)
+ * address. A `:tenantId` segment is percent-decoded; one that does not decode, or is empty,
+ * addresses nothing.
  */
 export function routeOf(method: string, pathname: string): RouteOutcome {
   const segments = pathname.split("/");
@@ -852,14 +853,14 @@ export const anyPath: fc.Arbitrary<string> = fc.oneof(
 );
 
 // ---------------------------------------------------------------------------------------------
-// Spec checks of verify bodies (spec 4.1, 4.2)
+// The documented checks of verify bodies
 
 /** Whether `value` unambiguously breaks a length rule (UTF-16 units and code points agree). */
 function tooLong(value: string, max: number): boolean {
   return value.length > max && [...value].length > max;
 }
 
-/** Spec 4.1: why this body is invalid, or null when the spec accepts it. */
+/** Why this store A verify body is invalid, or null when the documented rules accept it. */
 export function storeaBodyViolation(body: unknown): string | null {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return "not an object";
   const { transactionId, environment } = body as Record<string, unknown>;
@@ -872,7 +873,7 @@ export function storeaBodyViolation(body: unknown): string | null {
   return null;
 }
 
-/** Spec 4.2: why this body is invalid, or null when the spec accepts it. */
+/** Why this store B verify body is invalid, or null when the documented rules accept it. */
 export function storebBodyViolation(body: unknown): string | null {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return "not an object";
   const fields = body as Record<string, unknown>;
@@ -1522,7 +1523,7 @@ function editCertificate(x5c: string[], index: 0 | 1 | 2, edit: CertificateEdit)
 // ---------------------------------------------------------------------------------------------
 // Store B push tokens and envelopes
 
-/** One thing wrong with an otherwise valid push token (decisions.md 7 names the answer). */
+/** One thing wrong with an otherwise valid push token (each has a documented answer). */
 export type PushTokenFault =
   | "audience"
   | "email"
@@ -1538,7 +1539,7 @@ export type PushTokenFault =
   | "omit-aud"
   | "omit-iss";
 
-/** What decisions.md 7 answers for each single fault. */
+/** The answer to each single fault (docs/operations.md, "How a notification is received"). */
 export const PUSH_FAULT_CODE: Record<PushTokenFault, "UNAUTHENTICATED" | "SIGNATURE_INVALID"> = {
   "audience": "SIGNATURE_INVALID",
   "email": "SIGNATURE_INVALID",
@@ -1657,7 +1658,7 @@ export const pushAuthFormat: fc.Arbitrary<PushAuthFormat> = fc.oneof(
   },
 );
 
-/** What the tenant's push configuration expects of a token (decisions.md 7). */
+/** What the tenant's push configuration expects of a token. */
 export interface PushExpectation {
   audience: string;
   email: string;

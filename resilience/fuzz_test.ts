@@ -1,12 +1,12 @@
 /**
- * Property-based fuzzing of every endpoint of a running service (spec 2.5, 4, 5, 7, 8): a real
- * process started with `main.ts serve`, real loopback HTTP, and the store simulators behind it, so
- * that fuzzed input reaches deep code: API keys that authenticate, store A JWS signed by a trusted
- * test PKI and then tampered with, push tokens minted by the OIDC issuer with one claim wrong.
+ * Property-based fuzzing of every endpoint of a running service: a real process started with
+ * `main.ts serve`, real loopback HTTP, and the store simulators behind it, so that fuzzed input
+ * reaches deep code: API keys that authenticate, store A JWS signed by a trusted test PKI and then
+ * tampered with, push tokens minted by the OIDC issuer with one claim wrong.
  *
  * Every answer must come within {@linkcode ANSWER_BOUND_MS}, never be a 500, carry the common
- * headers, use the error envelope with a code of spec 7 for every 4xx and 5xx, and be one of the
- * answers spec 4 lists for its endpoint; where the spec alone decides the answer (a missing key, a
+ * headers, use the error envelope with a documented code for every 4xx and 5xx, and be one of the
+ * answers documented for its endpoint; where the docs alone decide the answer (a missing key, a
  * body over the limit, an unknown tenant, a single wrong claim) it must be exactly that. After the
  * runs the service must still be healthy and ready, alive, and have logged no error for fuzzed
  * input. A last property runs with the default rate limit and checks the 429 answers.
@@ -59,7 +59,7 @@ const APP_ID = 1234567890;
 const PUSH_AUDIENCE = "https://relay.example.com/push";
 const PUSH_ACCOUNT = "push@fuzz-project.iam.gserviceaccount.com";
 
-/** Spec 7: every error code and its status. */
+/** Every error code of the API and its status (docs/integration.md and docs/operations.md). */
 const SPEC_ERRORS: Record<string, number> = {
   UNAUTHENTICATED: 401,
   TENANT_NOT_FOUND: 404,
@@ -72,17 +72,17 @@ const SPEC_ERRORS: Record<string, number> = {
   INTERNAL_ERROR: 500,
 };
 /**
- * The spec has no route for these answers; the integration guide documents them for a path no
- * endpoint has and for a method an endpoint does not take. Only such requests may get them.
+ * No endpoint answers these; the integration guide documents them for a path no endpoint has and
+ * for a method an endpoint does not take. Only such requests may get them.
  */
 const ROUTING_ERRORS: Record<string, number> = { NOT_FOUND: 404, METHOD_NOT_ALLOWED: 405 };
 const ENVELOPE_KEYS = new Set(["valid", "error", "message", "details"]);
 
 /**
- * What each endpoint may answer with a healthy database and reachable stores (spec 4): `OK`,
- * `VALID` and `RECEIPT` are the 200 success shapes, `200:<code>` the domain failures of spec 2.4,
- * anything else an error code. 500 `INTERNAL_ERROR` is in no list: spec 4 reserves it for
- * failures of the service itself, which fuzzed input must not cause.
+ * What each endpoint may answer with a healthy database and reachable stores: `OK`, `VALID` and
+ * `RECEIPT` are the 200 success shapes, `200:<code>` the domain failures (200 with `valid: false`),
+ * anything else an error code. 500 `INTERNAL_ERROR` is in no list: it is reserved for failures of
+ * the service itself, which fuzzed input must not cause.
  */
 const OUTCOMES: Record<arb.RouteName, string[]> = {
   "health": ["OK"],
@@ -153,9 +153,9 @@ interface Answer {
 
 /** What a request must get. */
 interface Expectation {
-  /** Where the request lands (spec 4), as the server sees its method and path. */
+  /** Where the request lands, as the server sees its method and path. */
   route: arb.RouteOutcome;
-  /** The one outcome the spec allows for this request, when it decides it alone. */
+  /** The one outcome the documented rules allow for this request, when they decide it alone. */
   exact?: string;
   /** Outcomes ruled out for this request beyond those its endpoint never gives. */
   forbidden?: string[];
@@ -195,7 +195,7 @@ Deno.test(`fuzz: every endpoint of a running service (${ENGINE})`, async (t) => 
   try {
     const world = await createWorld(closers);
     await fuzzEveryEndpoint(t, world);
-    // Spec 8: with the default limit the bucket empties; its 429s must be envelopes too.
+    // With the default limit the bucket empties; its 429s must be envelopes too.
     await t.step("default rate limit: bursts get 429 envelopes with Retry-After", async () => {
       const limited = await startService({ db: world.service.db, env: world.env });
       try {
@@ -440,8 +440,8 @@ async function send(service: RunningService, probe: Probe): Promise<Answer> {
 }
 
 /**
- * Checks what every answer must be (spec conventions, 2.5, 7, 9) and returns its outcome label;
- * records it for the log check and the summary.
+ * Checks what every answer must be (common headers, envelope, known code) and returns its outcome
+ * label; records it for the log check and the summary.
  */
 function checkAnswer(world: World, answer: Answer, expect: Expectation): string {
   const where = `${answer.status} ${answer.text.slice(0, 300)}`;
@@ -494,7 +494,7 @@ function checkAnswer(world: World, answer: Answer, expect: Expectation): string 
   return outcome;
 }
 
-/** Spec 2.5 and 7: the envelope of a 4xx or 5xx, with a known code of the answer's status. */
+/** The envelope of a 4xx or 5xx, with a known code of the answer's status. */
 function envelopeCode(answer: Answer, json: unknown, where: string): string {
   assert.ok(isPlainObject(json), `envelope is not an object: ${where}`);
   for (const key of Object.keys(json)) assert.ok(ENVELOPE_KEYS.has(key), `key ${key}: ${where}`);
@@ -507,8 +507,8 @@ function envelopeCode(answer: Answer, json: unknown, where: string): string {
   assert.ok(typeof json.message === "string" && json.message.length > 0, `message: ${where}`);
   if ("details" in json) assert.ok(isPlainObject(json.details), `details: ${where}`);
   if (code === "RATE_LIMITED") {
-    // Spec 7: Retry-After in seconds and the same number in details.retryAfterSeconds; spec 4.2
-    // lets an upstream quota answer carry neither when the store gave no hint.
+    // Retry-After in seconds and the same number in details.retryAfterSeconds; an upstream quota
+    // answer may carry neither when the store gave no hint.
     const retryAfter = answer.headers.get("retry-after");
     if (retryAfter !== null || "details" in json) {
       assert.match(retryAfter ?? "", /^[1-9]\d*$/, `Retry-After: ${where}`);
@@ -519,7 +519,7 @@ function envelopeCode(answer: Answer, json: unknown, where: string): string {
   return code;
 }
 
-/** The 200 shapes of spec 2.2, 2.3, 2.4, 2.6, 4.5 and 4.6. */
+/** The 200 shapes: verify answers, domain failures, receipts, `/health` and `/ready`. */
 function successOutcome(
   world: World,
   route: arb.RouteOutcome,
@@ -591,9 +591,9 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 /**
- * No error or fatal line for fuzzed input. The one exception is spec-required: a 502 for an
- * unexpected upstream answer (the App Store refuses a transaction id that is not numeric) is
- * logged as an error with its code, and must correlate with a 502 the fuzzer saw.
+ * No error or fatal line for fuzzed input. The one exception is by design: a 502 for an unexpected
+ * upstream answer (the App Store refuses a transaction id that is not numeric) is logged as an
+ * error with its code, and must correlate with a 502 the fuzzer saw.
  */
 function checkLogs(world: World, service: RunningService): void {
   const unexpected = service.logs.filter((line) => {
@@ -835,9 +835,9 @@ interface VerifyProbe {
 /**
  * Sends a verify probe: `valid` fields with the probe's changes and extra fields, in the probe's
  * body, content type, key and transport. `exact` is the answer the admission checks decide, in
- * spec 5.2 and decisions.md 6's order (key, content type, size, body, credentials), or undefined
- * when they let it through to the store; `shape` says whether the fields reached the service as
- * built (the store's own checks can then be predicted).
+ * their documented order (key, content type, size, body, credentials), or undefined when they let
+ * it through to the store; `shape` says whether the fields reached the service as built (the
+ * store's own checks can then be predicted).
  */
 async function sendVerifyProbe(
   world: World,
@@ -873,8 +873,9 @@ async function sendVerifyProbe(
 }
 
 /**
- * Whether every string field is well-formed Unicode. The spec counts characters; for a string
- * with an unpaired surrogate it does not say, and the service refuses it (400).
+ * Whether every string field is well-formed Unicode. Length limits count characters, which are
+ * ambiguous in a string with an unpaired surrogate, so the oracle predicts nothing for one (the
+ * service refuses it, 400).
  */
 function wellFormed(fields: Record<string, unknown>): boolean {
   return Object.values(fields).every((value) => typeof value !== "string" || value.isWellFormed());
@@ -923,7 +924,7 @@ async function runStoreaWebhook(world: World, p: Value<typeof storeaWebhookProbe
     transport: p.transport,
   });
 
-  // decisions.md 7: body (400) -> tenant (404) -> credentials (400) -> JWS (401) -> 200.
+  // Body (400) -> tenant (404) -> credentials (400) -> JWS (401) -> 200.
   const route = arb.routeOf("POST", pathnameOf(world, path));
   let exact: string | undefined;
   const tenant = route.kind === "found" ? tenantNamed(world, route.tenantId) : null;
@@ -991,7 +992,7 @@ async function runStorebWebhook(world: World, p: Value<typeof storebWebhookProbe
     transport: p.transport,
   });
 
-  // decisions.md 7: tenant and token (401) -> inactive (404) -> envelope and package (400) -> 200.
+  // Tenant and token (401) -> inactive (404) -> envelope and package (400) -> 200.
   const route = arb.routeOf("POST", pathnameOf(world, path));
   const tenant = route.kind === "found" ? tenantNamed(world, route.tenantId) : null;
   const tokenVerdict = pushTokenVerdict(p, token);
@@ -1017,8 +1018,8 @@ async function runStorebWebhook(world: World, p: Value<typeof storebWebhookProbe
 }
 
 /**
- * What decisions.md 7 says of the token of `p` for a tenant with store B credentials: accepted,
- * one code, `mixed` (refused, either code), or null when it cannot be told.
+ * What the documented checks say of the token of `p` for a tenant with store B credentials:
+ * accepted, one code, `mixed` (refused, either code), or null when it cannot be told.
  */
 function pushTokenVerdict(
   p: Value<typeof storebWebhookProbe>,
@@ -1051,7 +1052,7 @@ const duplicateProbe = fc.record({
   copies: fc.integer({ min: 2, max: 8 }),
 });
 
-/** Spec 2.6 and 6: copies of one notification in flight together make one event, one `isNew`. */
+/** Copies of one notification in flight together make one event, one `isNew`. */
 async function runDuplicates(world: World, p: Value<typeof duplicateProbe>): Promise<void> {
   let probe: Probe;
   if (p.store === "storea") {
@@ -1225,7 +1226,7 @@ async function runBurst(
     if (outcome === "RATE_LIMITED") limited++;
     else assert.equal(outcome, "INVALID_REQUEST");
   }
-  // Spec 8: a bucket of 200 that refills 100 per second lets no more than that through.
+  // A bucket of 200 that refills 100 per second lets no more than that through.
   const admitted = answers.length - limited;
   assert.ok(
     admitted <= 200 + Math.ceil(elapsedSeconds * 100) + 1,

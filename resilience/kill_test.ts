@@ -1,8 +1,8 @@
 /**
- * A service process killed with SIGKILL while notifications stream in (decisions.md 7, 9): every
- * notification it answered 200 is delivered after a restart, and the ones whose answer never came
- * are accepted when the store sends them again. Events delivered twice are counted; only attempts
- * in flight at the kill (claimed, not yet recorded) may be.
+ * A service process killed with SIGKILL while notifications stream in: every notification it
+ * answered 200 is delivered after a restart, and the ones whose answer never came are accepted when
+ * the store sends them again. Events delivered twice are counted; only attempts in flight at the
+ * kill (claimed, not yet recorded) may be.
  */
 import assert from "node:assert/strict";
 import { connectDatabase } from "../src/db/connect.ts";

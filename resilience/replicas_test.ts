@@ -1,6 +1,7 @@
 /**
- * Three service processes on one PostgreSQL database (decisions.md 9): 1,000 notifications spread
- * over them are each delivered exactly once, retries included, whichever process claims them.
+ * Three service processes on one PostgreSQL database (docs/operations.md, "Queue and replicas"):
+ * 1,000 notifications spread over them are each delivered exactly once, retries included, whichever
+ * process claims them.
  */
 import assert from "node:assert/strict";
 import { databaseOf, ENGINE, type RunningService, startService } from "../tests/helpers/service.ts";

@@ -1,10 +1,9 @@
 /**
- * A tenant's callback endpoint on loopback, for tests, the demo and tenant developers. It
- * records every request the service sends, checks its `X-Service-Signature` against the
- * tenant's webhook secrets (spec 4.7, decisions.md 9), and can be scripted to answer the way
- * real receivers fail: any status with any headers (a 429 with `Retry-After`, a 302 with
- * `Location`), slow answers, answers that never come, connections reset without an answer,
- * and oversized bodies.
+ * A tenant's callback endpoint on loopback, for tests, the demo and tenant developers. It records
+ * every request the service sends, checks its `X-Service-Signature` against the tenant's webhook
+ * secrets (docs/integration.md, "Verifying deliveries"), and can be scripted to answer the way real
+ * receivers fail: any status with any headers (a 429 with `Retry-After`, a 302 with `Location`),
+ * slow answers, answers that never come, connections reset without an answer, and oversized bodies.
  *
  * It runs on `node:http` rather than `Deno.serve`, as the store simulators do: only a Node
  * socket can be destroyed before any byte of an answer is written. Every answer carries
@@ -41,7 +40,7 @@ import {
 export interface CallbackReceiverOptions {
   /** The tenant's webhook secrets; a request is valid when it verifies with any. Default none. */
   secrets?: string[];
-  /** How far `t` may be from now, in seconds. Default 300 (decisions.md 9). */
+  /** How far `t` may be from now, in seconds. Default 300: the 5 minutes tenants allow. */
   toleranceSeconds?: number;
   /** The path that accepts deliveries. Default `/hooks`. */
   path?: string;

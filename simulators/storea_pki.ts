@@ -1,7 +1,7 @@
 /**
- * A test PKI shaped like the one Apple signs App Store JWS with (decisions.md 11): a P-384
- * root, a P-384 intermediate carrying Apple's WWDR marker OID, and a P-256 leaf carrying
- * Apple's receipt-signing marker OID, each signed with ecdsa-with-SHA384 as Apple's are.
+ * A test PKI shaped like the one Apple signs App Store JWS with: a P-384 root, a P-384 intermediate
+ * carrying Apple's WWDR marker OID, and a P-256 leaf carrying Apple's receipt-signing marker OID,
+ * each signed with ecdsa-with-SHA384 as Apple's are.
  *
  * Options break the chain in one chosen way at a time, for negative tests of a verifier.
  *

@@ -2,7 +2,7 @@
  * Signs App Store-shaped JWS with a {@link StoreaTestPki} and builds realistic decoded
  * payloads: transactions (JWSTransactionDecodedPayload), renewal info
  * (JWSRenewalInfoDecodedPayload) and notifications V2 (ResponseBodyV2DecodedPayload).
- * Field names and value shapes follow what Apple sends (spec 2.7), extra fields included.
+ * Field names and value shapes follow what Apple sends, extra fields included.
  *
  * @module
  */

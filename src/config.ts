@@ -445,7 +445,7 @@ export const CONFIG_GROUPS = [
         default: "auto",
         defaultText: "`auto`: OpenSSL when it opens, else WebCrypto",
         description:
-          "What checks ES256 signatures; see [ES256 engine](#es256-engine). `openssl` stops the boot when libcrypto cannot be used (`CRYPTO_ENGINE_UNAVAILABLE`). The `listening` line says which engine runs. Not in the original specification.",
+          "What checks ES256 signatures; see [ES256 engine](#es256-engine). `openssl` stops the boot when libcrypto cannot be used (`CRYPTO_ENGINE_UNAVAILABLE`). The `listening` line says which engine runs.",
       }),
       variable({
         name: "UPSTREAM_TIMEOUT",
@@ -453,7 +453,7 @@ export const CONFIG_GROUPS = [
         parser: duration,
         default: "10s",
         description:
-          "Deadline of one verification's store calls, retries and the production-then-sandbox fallback included; past it (at most 25 ms later) the client gets 502. Any request still unanswered after 3 x this + 5 s gets 500 (a database that never answers). Not in the original specification.",
+          "Deadline of one verification's store calls, retries and the production-then-sandbox fallback included; past it (at most 25 ms later) the client gets 502. Any request still unanswered after 3 x this + 5 s gets 500 (a database that never answers).",
       }),
     ],
   },

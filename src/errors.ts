@@ -1,6 +1,7 @@
 /**
- * Errors that reach a client. Each carries a stable code from the spec (section 7) and is turned
- * into the error envelope (spec 2.5) in exactly one place, the HTTP server.
+ * Errors that reach a client. Each carries a stable code (docs/integration.md, "Error codes";
+ * docs/operations.md, "By error code") and is turned into the error envelope
+ * (docs/integration.md, "Errors") in exactly one place, the HTTP server.
  */
 
 /** Every error code the service answers with, and its HTTP status. */
@@ -65,8 +66,8 @@ export function invalidRequest(message: string, details?: Record<string, unknown
 export const UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS = 60;
 
 /**
- * 429 `RATE_LIMITED` with both the header and the body field of spec 7; `upstreamStatus` when the
- * limit was the store's.
+ * 429 `RATE_LIMITED` with both `Retry-After` and `details.retryAfterSeconds` (docs/integration.md,
+ * "Rate limiting"); `upstreamStatus` when the limit was the store's.
  */
 export function rateLimited(
   message: string,

@@ -1,5 +1,6 @@
 /**
- * Identifiers: a prefix and a ULID (decisions.md 10).
+ * Identifiers: a prefix naming the kind of thing ({@linkcode IdPrefix}: `tenant_`, `evt_`, ...) and
+ * a ULID.
  *
  * ULIDs are made here rather than by a library because every request makes one (its `req_` id):
  * the time part is encoded once per millisecond and the random part is drawn once per

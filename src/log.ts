@@ -1,5 +1,6 @@
 /**
- * Structured logs: one JSON object per line on standard output (spec 1, decisions.md 10).
+ * Structured logs: one JSON object per line on standard output, `ts`, `level` and `msg` first
+ * (docs/operations.md, "Logs").
  *
  * Lines are buffered and written in batches: a write per request would cost a system call on the
  * hot path. The buffer is flushed at the end of the current macrotask, when it grows past 64 KB,
@@ -17,7 +18,7 @@ const encoder = new TextEncoder();
 /** Options of {@linkcode Logger}. */
 export interface LoggerOptions {
   level?: LogLevel;
-  /** Production logs carry the error class only, never a stack (spec 1). */
+  /** Production logs carry the error class only, never a stack (docs/operations.md, "Logs"). */
   production?: boolean;
   /** Where lines go; standard output by default. */
   write?: (bytes: Uint8Array) => void;

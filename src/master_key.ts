@@ -1,6 +1,7 @@
 /**
  * The master encryption key: `ENCRYPTION_KEY` when set; outside production, otherwise, a key
- * generated once into `DATA_DIR/encryption.key` (mode 0600) with a warning (decisions.md 4).
+ * generated once into `DATA_DIR/encryption.key` (mode 0600) with a warning (docs/operations.md,
+ * "Generating a key").
  */
 import { join } from "node:path";
 import { type Config, ConfigError, decodeMasterKey } from "./config.ts";

@@ -1,5 +1,6 @@
 /**
- * Coalescing (decisions.md 6): identical calls in flight at the same time share one execution.
+ * Coalescing: identical calls in flight at the same time share one execution (identical verify
+ * requests share one store call).
  * Nothing is cached; the entry is gone as soon as the call settles.
  */
 

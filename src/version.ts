@@ -1,5 +1,6 @@
 /**
  * The build version stamped into a compiled binary by `deno task compile`.
- * `SERVICE_VERSION` in the environment overrides it at boot (spec 9).
+ * `SERVICE_VERSION` in the environment overrides it at boot. It is informational: clients must
+ * not branch on it (docs/integration.md, "Common headers").
  */
 export const BUILD_VERSION = "dev";

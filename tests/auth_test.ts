@@ -1,4 +1,4 @@
-/** API keys and the rate limit through real services (spec 5, 7, 8; decisions.md 5). */
+/** API keys and the rate limit through real services. */
 import assert from "node:assert/strict";
 import { createTenantWithKey, ENGINE, startService, stopAndDrop } from "./helpers/service.ts";
 

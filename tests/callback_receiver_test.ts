@@ -1,6 +1,6 @@
 /**
- * The callback receiver (the tenant side of spec 4.7) and the copyable verification examples
- * in docs/examples, over real HTTP on loopback with real signatures.
+ * The callback receiver (the tenant's side of a delivery) and the copyable verification examples in
+ * docs/examples, over real HTTP on loopback with real signatures.
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
@@ -47,7 +47,7 @@ interface DeliverOptions {
   redirect?: RequestRedirect;
 }
 
-/** Sends a delivery as the service does: signed afresh, with the spec 4.7 headers. */
+/** Sends a delivery as the service does: signed afresh, with the `X-Service-*` headers. */
 function deliver(receiver: CallbackReceiver, options: DeliverOptions = {}): Promise<Response> {
   const t = options.t ?? nowSeconds();
   const body = options.body ?? BODY;

@@ -1,7 +1,7 @@
 /**
- * The admin CLI (decisions.md 5), run as real processes (`deno run main.ts ...`) against a real
- * database of this test run's engine: output shapes, exit codes, secrets printed once, input
- * validation before writing, and use with and without a running service.
+ * The admin CLI (docs/operations.md, "Admin CLI"), run as real processes (`deno run main.ts ...`)
+ * against a real database of this test run's engine: output shapes, exit codes, secrets printed
+ * once, input validation before writing, and use with and without a running service.
  */
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";

@@ -1,9 +1,9 @@
-/** The delivery body (spec 2.9): every field, in order, and nothing else. */
+/** The delivery body: every field, in order, and nothing else. */
 import assert from "node:assert/strict";
 import { serializePayload } from "../src/delivery/payload.ts";
 import { DELIVERY_KEYS } from "./helpers/relay.ts";
 
-Deno.test("delivery payload: the fields of spec 2.9 in order, extra fields dropped", () => {
+Deno.test("delivery payload: the documented fields in order, extra fields dropped", () => {
   const text = serializePayload({
     raw: { r: 1 },
     data: { d: 1 },

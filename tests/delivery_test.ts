@@ -1,8 +1,7 @@
 /**
- * The dispatcher end to end (spec 3, 4.7; decisions.md 5, 9): retries on the schedule to
- * `failed`, every attempt recorded, manual retry, `Retry-After`, no redirects, timeouts, the
- * 4 KB body record, inactive tenants waiting, secret rotation, `webhook test`, and a graceful
- * shutdown that lets an attempt in flight finish.
+ * The dispatcher end to end: retries on the schedule to `failed`, every attempt recorded, manual
+ * retry, `Retry-After`, no redirects, timeouts, the 4 KB body record, inactive tenants waiting,
+ * secret rotation, `webhook test`, and a graceful shutdown that lets an attempt in flight finish.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";

@@ -490,3 +490,72 @@ Deno.test("docs: the README is a landing page, and every task it names exists", 
     assert.ok(anchors.has(target), `README.md links to integration.md#${target}, which is gone`);
   }
 });
+
+// ---------------------------------------------------------------------------------------------
+// Self-contained knowledge
+
+/** The repository's own text: code, docs and deploy files (the store fixtures are not ours). */
+function ownTextFiles(): string[] {
+  const extensions = /\.(ts|mjs|md|yaml|py|go|rb|java|php|service|example)$/;
+  const walk = (dir: string): string[] =>
+    [...Deno.readDirSync(new URL(`${dir}/`, ROOT))].flatMap((entry) => {
+      const path = `${dir}/${entry.name}`;
+      if (entry.isDirectory) return walk(path);
+      return entry.isFile && extensions.test(entry.name) ? [path] : [];
+    });
+  const dirs = ["src", "simulators", "tests", "resilience", "bench", "scripts", "docs", "deploy"];
+  const files = ["main.ts", "README.md", "CONTRIBUTING.md", "SECURITY.md", "CHANGELOG.md"];
+  // This file names the patterns below, so it is left out.
+  return [...dirs.flatMap(walk), ...files, "Dockerfile"].filter((path) =>
+    path !== "tests/docs_test.ts"
+  );
+}
+
+/**
+ * Ways of citing documents that are not in the repository: section numbers of an interface
+ * specification or of a decisions record, their file names, or a path outside the checkout. A
+ * comment states the rule itself or names our own doc and heading instead.
+ */
+const OUTSIDE_CITATIONS: [RegExp, string][] = [
+  [/\bspec(?:ification)?s?\s+(?:section\s+)?\d/i, "a section number of a specification"],
+  [/\bSpec\b/, "the word Spec, as a citation"],
+  [/\b(?:the|original|interface)\s+spec(?:ification)?\b/i, "a specification outside the repo"],
+  [/\bspec-required\b/, "a specification outside the repo"],
+  [/\bdecisions(?:\.md)?\s+\d|decisions\.md|\bproduct decisions\b/i, "a decisions record"],
+  [/\binterface\.md\b/, "an interface document"],
+  [/\.\.\/shared\b|\/work\/shared\b/, "a path outside the repository"],
+];
+
+Deno.test("docs: code and docs cite only the repository's own documents", () => {
+  const found: string[] = [];
+  for (const path of ownTextFiles()) {
+    read(path).split("\n").forEach((line, i) => {
+      for (const [pattern, what] of OUTSIDE_CITATIONS) {
+        if (pattern.test(line)) found.push(`${path}:${i + 1}: ${what}: ${line.trim()}`);
+      }
+    });
+  }
+  assert.deepEqual(found, [], "state the rule, or cite docs/<name>.md and its heading");
+});
+
+Deno.test("docs: citations of a doc's heading name a heading it has", () => {
+  const headings = new Map<string, Set<string>>();
+  for (const entry of Deno.readDirSync(new URL("docs/", ROOT))) {
+    if (!entry.isFile || !entry.name.endsWith(".md")) continue;
+    const names = proseLines(read(`docs/${entry.name}`))
+      .map((line) => /^#{1,6} (.+)$/.exec(line)?.[1])
+      .filter((name) => name !== undefined)
+      .map((name) => name.replaceAll("`", ""));
+    headings.set(entry.name, new Set(names));
+  }
+  const broken: string[] = [];
+  for (const path of ownTextFiles()) {
+    // A citation may run over comment lines: join them first.
+    const text = read(path).replace(/\n\s*(?:\*|\/\/|#)?\s*/g, " ");
+    for (const [, doc, heading] of text.matchAll(/\bdocs\/([a-z_]+\.md), "([^"$]+)"[);]/g)) {
+      const name = heading.replaceAll("`", "");
+      if (!headings.get(doc)?.has(name)) broken.push(`${path}: docs/${doc}, "${heading}"`);
+    }
+  }
+  assert.deepEqual(broken, [], "each cites a heading that does not exist (any more)");
+});

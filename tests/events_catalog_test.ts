@@ -1,4 +1,4 @@
-/** The event catalog (decisions.md 8), row by row, and the real Apple notifications through it. */
+/** The event catalog (docs/events.md), row by row, and the real Apple notifications through it. */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";

@@ -75,7 +75,7 @@ Deno.test("http: envelope, headers and one http_request line per request", async
       assert.equal(a.headers.get("x-service-version"), "dev");
       assert.equal(a.headers.get("content-type"), "application/json; charset=utf-8");
     });
-    await t.step("http_request has exactly the spec's fields", async () => {
+    await t.step("http_request has exactly the documented fields", async () => {
       const response = await fetch(`${service.url}/health?probe=1`);
       await response.body?.cancel();
       const reqId = response.headers.get("x-request-id");

@@ -1,7 +1,7 @@
 /**
  * `docs/openapi.yaml` against the real service. The document must be OpenAPI 3.1 and describe
- * exactly the router's endpoints, the error codes of spec 4 and 7 and the event catalog; then a
- * real service process answers a broad set of requests (through the store simulators, as the
+ * exactly the router's endpoints, the error codes each endpoint answers and the event catalog; then
+ * a real service process answers a broad set of requests (through the store simulators, as the
  * other end-to-end tests do) and its real deliveries are caught by the callback receiver. Every
  * answer must have a documented status, the documented headers and a body that validates against
  * the documented schema, with the document's `$ref`s resolved by ajv (JSON Schema 2020-12).
@@ -88,7 +88,7 @@ const AUDIENCE = "https://relay.example.com/push"; // storebCredentialArgs' push
 const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
 const OTHER_KEY = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
 
-/** The error codes of every operation and status, as spec 4 and 7 list them. */
+/** The error codes of every operation and status, as the docs list them. */
 const SPEC_CODES: Record<string, Record<string, string[]>> = {
   "POST /v1/storea/verify": {
     "200": ["TRANSACTION_NOT_FOUND", "BUNDLE_ID_MISMATCH"],
@@ -581,7 +581,7 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     assert.equal(DOC.security, undefined, "no default security: each operation says its own");
   });
 
-  await t.step("statuses and error codes of every operation are those of the spec", () => {
+  await t.step("statuses and error codes of every operation are the documented ones", () => {
     assert.deepEqual(
       [...DOC.components.schemas.ErrorCode.enum].sort(),
       Object.keys(ERROR_STATUS).sort(),
@@ -1252,7 +1252,7 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
       assert.ok(limited.length > 0, `statuses ${answers.map((x) => x.status)}`);
       for (const answer of limited) {
         assert.equal(answer.json.error, "RATE_LIMITED");
-        // The tenant's own limit: both the header and the body field (spec 7).
+        // The tenant's own limit: both `Retry-After` and `details.retryAfterSeconds`.
         const seconds = Number(answer.headers.get("retry-after"));
         assert.ok(seconds >= 1);
         assert.equal(answer.json.details.retryAfterSeconds, seconds);

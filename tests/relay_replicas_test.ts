@@ -1,7 +1,7 @@
 /**
- * The relay across processes (decisions.md 7, 9): two service processes on one database deliver
- * each event exactly once, and a process killed right after answering 200 still has its event
- * delivered once it (or another process) runs again.
+ * The relay across processes: two service processes on one database deliver each event exactly
+ * once, and a process killed right after answering 200 still has its event delivered once it (or
+ * another process) runs again.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";

@@ -1,4 +1,4 @@
-/** Store A normalization (spec 2.2, decisions.md 6) and the coalescing primitive. */
+/** Store A normalization of the verify response's `transaction`, and the coalescing primitive. */
 import assert from "node:assert/strict";
 import { normalizeTransaction, priceInMinorUnits } from "../src/storea/transaction.ts";
 import { SingleFlight } from "../src/single_flight.ts";

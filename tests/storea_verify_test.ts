@@ -1,7 +1,7 @@
 /**
- * `POST /v1/storea/verify` end to end (spec 2.2, 4.1; decisions.md 6): a real service process,
- * real HTTP on loopback, the App Store simulator checking the service's ES256 tokens, and
- * transactions signed by the simulator's test PKI (trusted through STOREA_ROOT_CERTS).
+ * `POST /v1/storea/verify` end to end: a real service process, real HTTP on loopback, the App Store
+ * simulator checking the service's ES256 tokens, and transactions signed by the simulator's test
+ * PKI (trusted through STOREA_ROOT_CERTS).
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -74,7 +74,7 @@ Deno.test("store A verify through HTTP against the App Store simulator", async (
     api.requests.filter((r) => r.transactionId === id).map((r) => `${r.environment}:${r.status}`);
 
   try {
-    await t.step("a production transaction: every field of spec 2.2", async () => {
+    await t.step("a production transaction: every field of the response", async () => {
       const payload = signer.sampleTransaction({
         transactionId: "2000000000000101",
         originalTransactionId: "2000000000000100",

@@ -1,7 +1,6 @@
 /**
- * `POST /v1/webhooks/storea/:tenantId` end to end (spec 2.6, 2.7, 2.9, 4.3, 4.7; decisions.md 7,
- * 8, 9): notifications signed by the test PKI go in over HTTP, signed deliveries come out at a
- * callback receiver that checks their signatures.
+ * `POST /v1/webhooks/storea/:tenantId` end to end: notifications signed by the test PKI go in over
+ * HTTP, signed deliveries come out at a callback receiver that checks their signatures.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -26,7 +25,7 @@ const BUNDLE_ID = "com.example.app";
 const APP_ID = 1234567890;
 const VECTORS = new URL("./fixtures/storea/real-sandbox/", import.meta.url);
 
-/** Every row of the store A table of decisions.md 8, and what its delivery must say. */
+/** Every row of the store A table of docs/events.md, and what its delivery must say. */
 const CATALOG_ROWS: {
   type: string;
   subtype?: string;
@@ -298,7 +297,7 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
       });
       assert.equal(wrongType.status, 400);
       await wrongType.body?.cancel();
-      // The body is checked before the tenant (decisions.md 7).
+      // The body is checked before the tenant.
       assertError(await postJson(endpoint("tenant_nope"), {}), 400, "INVALID_REQUEST");
     });
 
@@ -314,7 +313,7 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
         assertError(answer, 400, "INVALID_REQUEST");
         assert.match(answer.json.message, pattern);
       };
-      // Text columns cannot hold U+0000: the insert used to fail with a 500.
+      // Text columns cannot hold U+0000: unchecked, the insert would fail with a 500.
       await expectInvalid(
         await signer.signNotification({ ...base, notificationUUID: "a\u0000b" }),
         /NUL/,
@@ -590,7 +589,7 @@ Deno.test({
   },
 });
 
-/** The unified events the real notifications map to (decisions.md 8). */
+/** The unified events the real notifications map to (docs/events.md). */
 const REAL_EVENTS: Record<string, string> = {
   DID_RENEW: "subscription.renewed",
   SUBSCRIBED: "subscription.purchased",

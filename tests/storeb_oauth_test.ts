@@ -1,4 +1,4 @@
-/** Store B access tokens against the simulator's token endpoint (decisions.md 6). */
+/** Store B access tokens against the simulator's token endpoint. */
 import assert from "node:assert/strict";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { ServiceError } from "../src/errors.ts";

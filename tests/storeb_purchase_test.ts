@@ -1,4 +1,4 @@
-/** Store B normalization (spec 2.3, decisions.md 6) with plain inputs. */
+/** Store B normalization of the verify response's `purchase`, with plain inputs. */
 import assert from "node:assert/strict";
 import { ServiceError } from "../src/errors.ts";
 import {

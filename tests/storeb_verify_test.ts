@@ -1,6 +1,6 @@
 /**
- * `POST /v1/storeb/verify` end to end (spec 2.3, 4.2, 7; decisions.md 6): a real service process
- * talks over loopback HTTP to the store B simulator running in this test process.
+ * `POST /v1/storeb/verify` end to end: a real service process talks over loopback HTTP to the store
+ * B simulator running in this test process.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -77,7 +77,7 @@ async function withStorebCredentials(
   assert.equal(set.code, 0, set.stderr);
 }
 
-Deno.test("storeb verify: every answer of spec 4.2 through a real service", async (t) => {
+Deno.test("storeb verify: every documented answer through a real service", async (t) => {
   const play = await startStorebSimulator();
   const service = await startService({
     env: {

@@ -1,7 +1,7 @@
 /**
- * `POST /v1/webhooks/storeb/:tenantId` end to end (spec 2.6, 2.8, 2.9, 4.4, 4.7, 6, 7;
- * decisions.md 7, 8, 9): push envelopes carrying tokens minted by a fake Google OIDC issuer go in
- * over HTTP, signed deliveries come out at a callback receiver that checks their signatures.
+ * `POST /v1/webhooks/storeb/:tenantId` end to end: push envelopes carrying tokens minted by a fake
+ * Google OIDC issuer go in over HTTP, signed deliveries come out at a callback receiver that checks
+ * their signatures.
  */
 import assert from "node:assert/strict";
 import { databaseOf, startService, stopAndDrop } from "./helpers/service.ts";
@@ -36,7 +36,7 @@ const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
 /** The verifier's default refetch cooldown (src/storeb/push_token.ts). */
 const JWKS_COOLDOWN_MS = 30_000;
 
-/** One store B row of decisions.md 8 and what its delivery must say. */
+/** One store B row of docs/events.md and what its delivery must say. */
 interface CatalogCase {
   name: string;
   notification: Record<string, unknown>;
@@ -55,7 +55,7 @@ function purchaseToken(label: string): string {
   return token;
 }
 
-/** The subscription types of decisions.md 8 (Google's numbering) and an unknown one. */
+/** The subscription types of docs/events.md (Google's numbering) and an unknown one. */
 const SUBSCRIPTION_EVENTS: (readonly [number, string])[] = [
   ...STOREB_SUBSCRIPTION_EVENTS,
   [99, "unknown"],
@@ -74,7 +74,7 @@ function catalogCases(): CatalogCase[] {
       event,
       platformEvent: `storeb.subscription.${type}`,
       reason: null,
-      // decisions.md 8: unknown notifications carry no subject.
+      // Unknown notifications carry no subject.
       subject: event === "unknown" ? null : { key, productId: "pro.monthly", type: "subscription" },
     };
   });
@@ -309,7 +309,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
         assert.equal(delivery.signatureValid, true, row.name);
       }
       assert.equal(seen.size, cases.length);
-      // spec 4.4 / decisions.md 7: Google's keys were fetched once for all of these tokens.
+      // Google's keys were fetched once for all of these tokens.
       assert.equal(issuer.certsRequests, 1);
     });
 
@@ -326,7 +326,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
     await t.step("401 UNAUTHENTICATED: unknown tenant, or a token that is not valid", async () => {
       const envelope = pushEnvelope(renewal());
       const unknown = "tenant_01JAAAAAAAAAAAAAAAAAAAAAAA";
-      // spec 4.4: an unknown tenant gives 401 even with a valid token (no enumeration).
+      // An unknown tenant gives 401 even with a valid token (no enumeration).
       const unknownAnswer = await push(envelope, { to: unknown });
       assertError(unknownAnswer, 401, "UNAUTHENTICATED");
       assertError(await push(envelope, { to: "not-a-tenant" }), 401, "UNAUTHENTICATED");
@@ -461,7 +461,7 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
         "another app's packageName",
         /packageName/,
       );
-      // The message id is a text column, which cannot hold U+0000: the insert used to fail (500).
+      // The message id is a text column, which cannot hold U+0000: unchecked, the insert fails.
       const nul = pushEnvelope(renewal(), { messageId: "1\u00002" });
       await expectInvalid(nul, "a NUL in the message id", /NUL/);
       // Deep JSON parsed fine, but serializing it again overflowed the stack: a 500.

@@ -9,7 +9,7 @@ import { ServiceError } from "../src/errors.ts";
 import { isId, newId, ulidFactory } from "../src/ids.ts";
 import { Logger } from "../src/log.ts";
 
-Deno.test("config: defaults match decisions.md 4", () => {
+Deno.test("config: defaults match the documented ones", () => {
   const config = readConfig({});
   assert.equal(config.port, 8080);
   assert.equal(config.host, "0.0.0.0");

@@ -1,4 +1,4 @@
-/** What both notification receivers share: ingest and the receipt (spec 2.6). */
+/** What both notification receivers share: ingest and the receipt they answer 200 with. */
 import { invalidRequest } from "../errors.ts";
 import { jsonResponse } from "../http/server.ts";
 import type { RequestContext } from "../http/router.ts";

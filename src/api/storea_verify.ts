@@ -1,4 +1,4 @@
-/** `POST /v1/storea/verify` (spec 4.1). */
+/** `POST /v1/storea/verify` (docs/integration.md, "POST /v1/storea/verify"). */
 import { z } from "zod";
 import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
@@ -11,7 +11,7 @@ import {
   type VerifyDeps,
 } from "./verify_common.ts";
 
-/** The request body of spec 4.1; unknown fields are refused. */
+/** The request body; unknown fields are refused. */
 export const storeaVerifyRequest = z.strictObject({
   transactionId: pathSegmentField(1, 128),
   environment: z.enum(["production", "sandbox"]).optional(),

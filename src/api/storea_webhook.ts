@@ -1,5 +1,6 @@
 /**
- * `POST /v1/webhooks/storea/:tenantId` (spec 4.3). Checks in the order of decisions.md 7:
+ * `POST /v1/webhooks/storea/:tenantId`. Checks in this order (docs/operations.md, "How a
+ * notification is received"):
  * body (400) -> tenant exists and is active (404) -> store A credentials (400) -> JWS chain and
  * signatures (401) -> bundle and app id (401) -> dedup -> 200 after the commit.
  */
@@ -26,7 +27,7 @@ export function storeaWebhookHandler(deps: StoreaWebhookDeps): Handler {
   return async (request, context) => {
     const body = await readValidatedBody(request, storeaNotificationBody, RECEIVER_BODY_LIMIT);
     const tenantId = context.params.tenantId;
-    // spec 4.3: an unknown and an inactive tenant are both 404 here.
+    // An unknown and an inactive tenant get the same 404 here.
     const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
     if (tenant === null || !tenant.active) {
       throw new ServiceError("TENANT_NOT_FOUND", `no active tenant ${tenantId}`);

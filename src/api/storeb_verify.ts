@@ -1,4 +1,4 @@
-/** `POST /v1/storeb/verify` (spec 4.2). */
+/** `POST /v1/storeb/verify` (docs/integration.md, "POST /v1/storeb/verify"). */
 import { z } from "zod";
 import type { StorebVerifier } from "../storeb/verify.ts";
 import type { Handler } from "../http/router.ts";
@@ -11,7 +11,7 @@ import {
   type VerifyDeps,
 } from "./verify_common.ts";
 
-/** The request body of spec 4.2; unknown fields are refused. */
+/** The request body; unknown fields are refused. */
 export const storebVerifyRequest = z.strictObject({
   // Checked against the tenant's package before it could reach a URL.
   packageName: z.string().min(1).max(200),

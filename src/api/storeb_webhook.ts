@@ -1,5 +1,6 @@
 /**
- * `POST /v1/webhooks/storeb/:tenantId` (spec 4.4). Checks in the order of decisions.md 7:
+ * `POST /v1/webhooks/storeb/:tenantId`. Checks in this order (docs/operations.md, "How a
+ * notification is received"):
  * unknown tenant (401, whatever the token, so tenant ids cannot be enumerated) -> store B
  * credentials with a push service account (401: nothing to check the token against) -> OIDC
  * push token (401) -> inactive tenant (404) -> envelope (400) -> package (400) -> dedup -> 200
@@ -30,7 +31,7 @@ export function storebWebhookHandler(deps: StorebWebhookDeps): Handler {
     const tenantId = context.params.tenantId;
     const authorization = request.headers.get("authorization");
     const tenant = isId("tenant", tenantId) ? await deps.findTenant(tenantId) : null;
-    // spec 4.4: an unknown tenant is indistinguishable from a bad token.
+    // An unknown tenant is indistinguishable from a bad token, so tenant ids cannot be probed.
     if (tenant === null) throw unauthenticated();
     const credentials = (await deps.credentialsOf(tenantId)).storeb;
     if (credentials === null) throw unauthenticated();

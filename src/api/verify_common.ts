@@ -1,6 +1,7 @@
 /**
- * The steps every verify endpoint takes before its store is asked, in the order of
- * decisions.md 6: API key (401) -> rate limit (429) -> body (400) -> credentials (400).
+ * The steps every verify endpoint takes before its store is asked, in this order
+ * (docs/integration.md, "Errors"): API key (401) -> rate limit (429) -> body (400) -> credentials
+ * (400).
  */
 import { z } from "zod";
 import { ServiceError } from "../errors.ts";
@@ -16,7 +17,7 @@ import type { ValidationAudit } from "../audit/validation_audit.ts";
 /**
  * A request field that becomes a path segment of the store's URL: `min` to `max` characters of
  * well-formed Unicode, and neither `.` nor `..`. JSON can carry an unpaired surrogate
- * (`"\ud800"`), which no URL can: percent-encoding it threw, and the request failed with a 500.
+ * (`"\ud800"`), which no URL can: percent-encoding it throws, which would answer 500.
  * URL parsers resolve `.` and `..` away, so the request would ask another path of the store's API
  * and its 404 would read as "not found". The store clients rely on this and only percent-encode.
  */
@@ -107,8 +108,8 @@ function credentialsMissing(store: Store): ServiceError {
 }
 
 /**
- * Runs `verify`, shared with identical requests already in flight (decisions.md 6), and records
- * the outcome in the validation audit, failures included.
+ * Runs `verify`, shared with identical requests already in flight (one store call for all), and
+ * records the outcome in the validation audit, failures included.
  */
 export async function runVerification<T extends VerifyOutcomeSummary>(
   deps: VerifyDeps,
@@ -144,7 +145,7 @@ export async function runVerification<T extends VerifyOutcomeSummary>(
   }
 }
 
-/** The HTTP 200 answer of a domain failure (spec 2.4). */
+/** The HTTP 200 answer of a domain failure (docs/integration.md, "Domain failure (HTTP 200)"). */
 export function domainFailureResponse(
   version: string,
   outcome: { error: string; message: string },

@@ -1,6 +1,6 @@
 /**
- * API key tokens (spec 2.1, 5.1): `service_<live|test>_<43 base64url characters>`, made from 32
- * random bytes and stored only as their SHA-256.
+ * API key tokens: `service_<live|test>_<43 base64url characters>` (docs/integration.md,
+ * "Authentication"), made from 32 random bytes and stored only as their SHA-256.
  */
 import { createHash } from "node:crypto";
 import { base64url } from "../crypto/secrets.ts";

@@ -14,7 +14,7 @@ import type { Sql } from "../db/connect.ts";
 import { LookupCache } from "../cache.ts";
 import { hashApiKey, parseBearerKey } from "./api_key.ts";
 
-/** Below one second, leaving room for the lookup itself (decisions.md 5: refused within 1 s). */
+/** Below one second, leaving room for the lookup itself: a revoked key is refused within 1 s. */
 export const KEY_CACHE_TTL_MS = 750;
 const USE_FLUSH_INTERVAL_MS = 5_000;
 

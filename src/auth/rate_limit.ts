@@ -1,6 +1,6 @@
 /**
- * The per-tenant token bucket of spec 8: refill `RATE_LIMIT_PER_SECOND`, capacity
- * `RATE_LIMIT_BURST`, per process.
+ * The per-tenant token bucket (docs/operations.md, "Rate limiting"): refill
+ * `RATE_LIMIT_PER_SECOND`, capacity `RATE_LIMIT_BURST`, per process.
  */
 import { rateLimited } from "../errors.ts";
 

@@ -1,6 +1,7 @@
 /**
  * Connects to the database: PostgreSQL when `DATABASE_URL` is set, otherwise the embedded engine
- * in `DATA_DIR` (decisions.md 3). Both are reached through the same client, `npm:postgres`.
+ * in `DATA_DIR` (docs/operations.md, "Embedded or PostgreSQL"). Both are reached through the same
+ * client, `npm:postgres`.
  */
 import postgres from "postgres";
 import net from "node:net";

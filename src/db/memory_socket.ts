@@ -3,11 +3,9 @@
  *
  * The process that hosts the embedded engine hands one end to `npm:postgres` (its `socket`
  * option) and the other to the engine's connection handler, so its own queries never cross a
- * Unix socket. Over a Unix socket, under load after a crash, connections of the same process
- * stalled for good: the engine had answered the first half of a query and the second half never
- * arrived (the SIGKILL resilience test on the embedded engine found it; whether Deno's `node:net`
- * or npm:postgres's write batching held the bytes was not pinned down). In memory, nothing can be
- * held back between the two.
+ * Unix socket. Over a Unix socket, under load after a crash, connections of the same process can
+ * stall for good: the engine answers the first half of a query and the second half never arrives.
+ * In memory, nothing can be held back between the two.
  *
  * Each end behaves like a `net.Socket` as far as both users need: `data`, `end` and `close`
  * events, `write`, `end` (half-close, then close once both sides ended), `destroy` (closes both

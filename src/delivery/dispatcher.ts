@@ -4,7 +4,7 @@
  * - A receiver's commit is followed by `kick()`: the first attempt is immediate.
  * - `sweep()` runs from a `Deno.cron` job every minute and at boot: it claims what is due, and
  *   sets a timer for the next delivery that falls due (or whose lease ends) within the minute,
- *   so a 30 s retry is not late by up to a minute (decisions.md 2).
+ *   so a 30 s retry is not late by up to a minute (docs/operations.md, "Queue and replicas").
  * - Claims are leased for longer than an attempt can take; a process that dies leaves its
  *   claims to be taken over when their leases end (at-least-once).
  * - At most `concurrency` attempts are in flight; claims never exceed the free slots, so a
@@ -164,7 +164,7 @@ export class Dispatcher {
     const { sql, box, log } = this.#options;
     const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
     if (target === null || !target.active) {
-      // Deactivated since the claim: the delivery waits for the tenant (decisions.md 9).
+      // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
       await releaseClaim(sql, delivery.id, this.owner);
       return;
     }
@@ -224,7 +224,7 @@ export class Dispatcher {
     }
   }
 
-  /** spec 3: 2xx delivers; otherwise the schedule, lengthened by a 429/503 `Retry-After`. */
+  /** 2xx delivers; otherwise the retry schedule, lengthened by a 429/503 `Retry-After`. */
   #verdictOf(previousAttempts: number, result: AttemptResult): AttemptVerdict {
     const code = result.responseCode;
     if (code !== null && code >= 200 && code < 300) return { status: "delivered" };

@@ -1,10 +1,10 @@
 /**
- * The body of a delivery (spec 2.9), serialized once so that every attempt sends the same bytes
- * in the same key order and the signature covers exactly them.
+ * The body of a delivery (docs/integration.md, "A delivery"), serialized once so that every attempt
+ * sends the same bytes in the same key order and the signature covers exactly them.
  */
 import type { Subject } from "../events/catalog.ts";
 
-/** Every field of spec 2.9. */
+/** Every field of a delivery body. */
 export interface DeliveryPayload {
   event: string;
   reason: string | null;
@@ -21,7 +21,7 @@ export interface DeliveryPayload {
   raw: unknown;
 }
 
-/** The JSON body, keys in the order of spec 2.9. */
+/** The JSON body, keys in the documented order (docs/integration.md, "A delivery"). */
 export function serializePayload(payload: DeliveryPayload): string {
   return JSON.stringify({
     event: payload.event,

@@ -14,7 +14,7 @@ export async function notifyDispatchers(sql: Sql): Promise<void> {
   await sql`SELECT pg_notify(${DELIVERY_QUEUE_CHANNEL}, '')`;
 }
 
-/** Delivery states (spec 3, decisions.md 9). */
+/** Delivery states: `pending` until a 2xx (`delivered`) or the last retry fails (`failed`). */
 export type DeliveryStatus = "pending" | "delivered" | "failed";
 
 /** A delivery claimed for one attempt. */

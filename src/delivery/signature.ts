@@ -1,8 +1,8 @@
 /**
- * The signature of outbound deliveries (spec 4.7, decisions.md 9), in the style of Stripe and
- * Svix: `X-Service-Signature: t=<epoch seconds>,v1=<hex HMAC-SHA256>` over `<t>.<raw body>`,
- * keyed with the tenant's webhook secret (UTF-8). During a secret rotation's grace period the
- * header carries one `v1=` per secret, the new one first.
+ * The signature of outbound deliveries, in the style of Stripe and Svix (docs/integration.md,
+ * "What is signed"): `X-Service-Signature: t=<epoch seconds>,v1=<hex HMAC-SHA256>` over
+ * `<t>.<raw body>`, keyed with the tenant's webhook secret (UTF-8). During a secret rotation's
+ * grace period the header carries one `v1=` per secret, the new one first.
  */
 import { createHmac } from "node:crypto";
 

@@ -1,10 +1,10 @@
 /**
- * The event catalog (spec 6, decisions.md 8): every store notification, known or not, gets a
- * unified `event`, a `reason`, a `platformEvent` and a `subject`. The two tables below are the
- * whole mapping; `docs/events.md` documents them row by row.
+ * The event catalog: every store notification, known or not, gets a unified `event`, a `reason`, a
+ * `platformEvent` and a `subject`. The two tables below are the whole mapping; `docs/events.md`
+ * documents them row by row.
  */
 
-/** What a delivery says about the notification behind it (spec 2.9). */
+/** What a delivery says about the notification behind it (docs/integration.md, "A delivery"). */
 export interface CatalogEntry {
   /** Unified name, e.g. `subscription.renewed`; `unknown` for anything not in the tables. */
   event: string;
@@ -16,7 +16,7 @@ export interface CatalogEntry {
   subject: Subject | null;
 }
 
-/** The user record an event is about (spec 2.9). */
+/** The user record an event is about; null for events about no single user (docs/events.md). */
 export interface Subject {
   /** Store A `originalTransactionId`, store B `purchaseToken`. */
   key: string;
@@ -63,12 +63,13 @@ const STOREA_EVENTS: Record<string, string | ((subtype: string | null) => string
   TEST: "test",
 };
 
-/** Store A types whose events are about no single user record (decisions.md 8). */
+/** Store A types whose events are about no single user record (docs/events.md). */
 const STOREA_WITHOUT_SUBJECT = new Set(["TEST", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED"]);
 
 /**
- * Store B subscription notificationType -> event, in Google's published numbering (which differs
- * from the spec's list at 17 and 20; the platformEvent always carries the number itself).
+ * Store B subscription notificationType -> event, in Google's published numbering, which is what
+ * Google Play sends; the platformEvent always carries the number itself (docs/events.md, "A note
+ * on store B numbering").
  */
 const STOREB_SUBSCRIPTION_EVENTS: Record<number, string> = {
   1: "subscription.recovered", // SUBSCRIPTION_RECOVERED
@@ -154,7 +155,7 @@ export function classifyStorea(
   };
 }
 
-/** Classifies a decoded store B developer notification (spec 2.8). */
+/** Classifies a decoded store B developer notification (the JSON inside `message.data`). */
 export function classifyStoreb(notification: Record<string, unknown>): CatalogEntry {
   const subscription = objectOrNull(notification.subscriptionNotification);
   if (subscription) {
@@ -209,7 +210,7 @@ function classifyPurchaseNotification(
     event: event ?? "unknown",
     reason: null,
     platformEvent: `${kind.platformPrefix}.${typeof type === "number" ? type : "unknown"}`,
-    // decisions.md 8: unknown notifications carry no subject.
+    // Unknown notifications carry no subject: nothing says what their token is about.
     subject: event && typeof token === "string"
       ? {
         key: token,

@@ -1,15 +1,14 @@
 /**
  * Ingest: a verified notification becomes an event and its delivery, committed together in one
- * statement (so one transaction) before the receiver answers 200 (decisions.md 7), so an
- * acknowledged notification is never lost. Deduplication is the database's:
- * `UNIQUE (tenant_id, source, external_id)`.
+ * statement (so one transaction) before the receiver answers 200, so an acknowledged notification
+ * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
  */
 import type { Sql } from "../db/connect.ts";
 import { newId } from "../ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
 import { serializePayload } from "../delivery/payload.ts";
 
-/** Where a notification came from (spec 2.9 `source`). */
+/** Where a notification came from: the delivery's `source`. */
 export type EventSource = "storea" | "storeb";
 
 /** A verified, classified notification ready to be stored. */
@@ -19,13 +18,13 @@ export interface VerifiedNotification {
   /** Store A notification UUID or store B message id: the deduplication key. */
   externalId: string;
   entry: CatalogEntry;
-  /** The decoded upstream notification (spec 2.7 or 2.8). */
+  /** The decoded notification: store A's signed payload, store B's developer notification. */
   data: unknown;
   /** The original decoded JWS payload, or the push envelope. */
   raw: unknown;
 }
 
-/** The receipt of spec 2.6, plus the delivery created (null for a duplicate). */
+/** The receiver's 200 answer, plus the delivery created (null for a duplicate). */
 export interface Receipt {
   eventId: string;
   externalId: string;
@@ -41,7 +40,7 @@ export const NO_CALLBACK_ERROR =
 /**
  * Stores `notification` as an event with its delivery, or finds the event it duplicates.
  * A tenant without a callback URL still gets its event and a delivery, stored `failed` so that
- * `deliveries retry` can send it once a callback is set (decisions.md 7).
+ * `deliveries retry` can send it once a callback is set.
  */
 export async function ingestNotification(
   sql: Sql,
@@ -86,7 +85,7 @@ export async function ingestNotification(
     const enqueued = stored.status === "pending";
     return { eventId, externalId, isNew: true, enqueuedDelivery: enqueued, deliveryId };
   }
-  // spec 2.6: a duplicate answers with the first receipt's event id and creates nothing.
+  // A duplicate answers with the first receipt's event id and creates nothing.
   const [first] = await sql`
     SELECT id FROM events
     WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;

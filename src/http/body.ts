@@ -5,15 +5,15 @@
 import type { z } from "zod";
 import { invalidRequest } from "../errors.ts";
 
-/** Verify endpoints accept at most 16 KB (spec 8). */
+/** Verify endpoints accept at most 16 KB (docs/integration.md, "Limits"). */
 export const VERIFY_BODY_LIMIT = 16 * 1024;
-/** Webhook receivers accept at most 1 MB (spec 8). */
+/** Webhook receivers accept at most 1 MB (docs/operations.md, "How a notification is received"). */
 export const RECEIVER_BODY_LIMIT = 1024 * 1024;
 
 /**
  * How deeply request JSON may nest. The stores send a few levels; a far deeper document (a
  * 1 MB body holds 500,000 levels) parses, but overflows the stack when the service serializes
- * it again to store it, which answered 500 rather than 400.
+ * it again to store it: a 500 rather than a 400.
  */
 export const MAX_JSON_DEPTH = 64;
 

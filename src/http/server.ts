@@ -1,6 +1,6 @@
 /**
- * The HTTP pipeline around every endpoint: request id, routing, the error envelope (spec 2.5) for
- * every 4xx and 5xx, the common headers, and one `http_request` log line per request.
+ * The HTTP pipeline around every endpoint: request id, routing, the error envelope for every 4xx
+ * and 5xx, the common headers, and one `http_request` log line per request.
  */
 import { ServiceError } from "../errors.ts";
 import { withDeadline } from "../deadline.ts";

@@ -1,7 +1,7 @@
 /**
- * The App Store Server API's Get Transaction Info call (decisions.md 6), with the error mapping
- * the verify endpoint needs. One call is retried once when Apple says to try again (5xx,
- * errorCode 5000001) or the connection broke, within the caller's deadline.
+ * The App Store Server API's Get Transaction Info call, with the error mapping the verify endpoint
+ * needs. One call is retried once when Apple says to try again (5xx, errorCode 5000001) or the
+ * connection broke, within the caller's deadline.
  */
 import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
@@ -14,7 +14,7 @@ export type StoreaEnvironmentName = "production" | "sandbox";
 export type TransactionLookup =
   | { kind: "found"; signedTransactionInfo: string }
   | { kind: "not_found"; upstreamCode: number | null }
-  /** Production answers 401 for apps that were never released (decisions.md 6). */
+  /** Production answers 401 for apps that were never released: automatic mode then asks sandbox. */
   | { kind: "unauthorized" };
 
 /** Where the API lives. */

@@ -1,7 +1,7 @@
 /**
- * The bearer token of the App Store Server API (decisions.md 6): an ES256 JWT signed with the
- * tenant's In-App Purchase key. Signing costs an ECDSA signature, so a token is reused for
- * most of its lifetime.
+ * The bearer token of the App Store Server API (docs/operations.md, "How the service talks to the
+ * App Store"): an ES256 JWT signed with the tenant's In-App Purchase key. Signing costs an ECDSA
+ * signature, so a token is reused for most of its lifetime.
  */
 import { importPKCS8, SignJWT } from "jose";
 import { createHash } from "node:crypto";

@@ -1,7 +1,7 @@
 /**
- * Store A signed data (decisions.md 7): one verifier for every JWS the App Store signs, whether
- * it arrives in a verify response (`signedTransactionInfo`) or a notification (`signedPayload`
- * and its nested `signedTransactionInfo` / `signedRenewalInfo`).
+ * Store A signed data: one verifier for every JWS the App Store signs, whether it arrives in a
+ * verify response (`signedTransactionInfo`) or a notification (`signedPayload` and its nested
+ * `signedTransactionInfo` / `signedRenewalInfo`).
  *
  * A JWS carries its certificate chain in `x5c`: leaf, intermediate, root. Anyone can post one to
  * a receiver, so the work done before its signature verifies is small and bounded: the header

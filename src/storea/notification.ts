@@ -1,7 +1,8 @@
 /**
- * Store A notifications (App Store Server Notifications V2, spec 2.7): the signed payload and
- * its nested transaction and renewal info are verified with the same JWS checks as verify
- * responses, and the notification must belong to the tenant's app (decisions.md 7).
+ * Store A notifications (App Store Server Notifications V2): the signed payload and its nested
+ * transaction and renewal info are verified with the same JWS checks as verify responses, and the
+ * notification must belong to the tenant's app (docs/operations.md, "How a notification is
+ * received").
  */
 import { invalidRequest, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
@@ -50,7 +51,7 @@ export async function verifyStoreaNotification(
   }
   // The app id is checked only in Production: Sandbox notifications of unreleased apps have none.
   const environment = data.environment ?? summary.environment;
-  // Apple names it appAppleId; the spec's neutral text calls it appStoreaId.
+  // Apple names it appAppleId; the store-neutral spelling appStoreaId is accepted too.
   const appId = data.appAppleId ?? data.appStoreaId ?? summary.appAppleId;
   if (credentials.appId !== null && environment === "Production" && appId !== credentials.appId) {
     throw mismatch(`the notification's app id is not the tenant's (${credentials.appId})`);

@@ -1,6 +1,7 @@
 /**
- * A verified store A transaction in the shape of spec 2.2 (decisions.md 6): epoch-ms dates as
- * ISO-8601, absent optional fields as null, and `price` in the currency's smallest unit.
+ * A verified store A transaction in the shape of the verify response: epoch-ms dates as ISO-8601,
+ * absent optional fields as null, and `price` in the currency's smallest unit (docs/integration.md,
+ * "POST /v1/storea/verify").
  */
 
 /** The `transaction` object of the store A verify response. */

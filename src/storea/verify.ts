@@ -1,6 +1,7 @@
 /**
- * Store A verification (spec 2.2, 4.1; decisions.md 6): finds a transaction in the tenant's
- * environment(s), verifies the JWS the App Store returned, checks the bundle and normalizes.
+ * Store A verification (docs/integration.md, "POST /v1/storea/verify"): finds a transaction in the
+ * tenant's environment(s), verifies the JWS the App Store returned, checks the bundle and
+ * normalizes.
  */
 import { ServiceError } from "../errors.ts";
 import { timeoutSignal } from "../abort.ts";
@@ -9,7 +10,7 @@ import type { StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
 import { normalizeTransaction, type StoreaTransaction } from "./transaction.ts";
 
-/** A store A verify request (spec 4.1). */
+/** A store A verify request, as the route validated it. */
 export interface StoreaVerifyInput {
   transactionId: string;
   /** The per-call override of the tenant's environment. */
@@ -55,7 +56,7 @@ export class StoreaVerifier {
     input: StoreaVerifyInput,
   ): Promise<StoreaVerifyOutcome> {
     const mode = input.environment ?? credentials.environment;
-    // decisions.md 6: automatic mode asks production first, then sandbox.
+    // Automatic mode asks production first, then sandbox.
     const environments: StoreaEnvironmentName[] = mode === "auto"
       ? ["production", "sandbox"]
       : [mode];
@@ -107,7 +108,7 @@ export class StoreaVerifier {
       payload = await this.#options.jws.verify(signedTransactionInfo);
     } catch (error) {
       if (!(error instanceof JwsInvalidError)) throw error;
-      // decisions.md 6: data the App Store returns is trusted only once it verifies.
+      // Data the App Store returns is trusted only once it verifies.
       throw new ServiceError(
         "APPLE_API_ERROR",
         `the App Store's signedTransactionInfo did not verify: ${error.message}`,

@@ -1,6 +1,6 @@
 /**
- * The Play Developer API calls of store B verification (decisions.md 6): purchases.subscriptionsv2
- * and purchases.products, with the retries that are safe for a read: one after a 5xx or a network
+ * The Play Developer API calls of store B verification: purchases.subscriptionsv2 and
+ * purchases.products, with the retries that are safe for a read: one after a 5xx or a network
  * failure, and one with a fresh token after a 401, all under one deadline.
  */
 import { timeoutSignal } from "../abort.ts";

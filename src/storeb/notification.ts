@@ -1,7 +1,7 @@
 /**
- * Store B notifications (Real-time developer notifications over Pub/Sub push, spec 2.8): the
- * push envelope is validated and its `message.data` decoded into the developer notification,
- * which must name the tenant's package.
+ * Store B notifications (Real-time developer notifications over Pub/Sub push): the push envelope is
+ * validated and its `message.data` decoded into the developer notification, which must name the
+ * tenant's package.
  */
 import { z } from "zod";
 import { invalidRequest } from "../errors.ts";
@@ -40,8 +40,8 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
  * Decodes the developer notification of `envelope` and checks its package.
- * @throws {ServiceError} 400 `INVALID_REQUEST` when the data is not base64 JSON of a
- * notification, nests too deep, or names another package (decisions.md 7).
+ * @throws {ServiceError} 400 `INVALID_REQUEST` when the data is not base64 JSON of a notification,
+ * nests too deep, or names another package.
  */
 export function decodeStorebNotification(
   envelope: PushEnvelope,

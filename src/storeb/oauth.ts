@@ -1,6 +1,7 @@
 /**
- * Store B access tokens (decisions.md 6): a service account signs an RS256 assertion and trades
- * it for an access token with the JWT-bearer grant (RFC 7523) at `STOREB_TOKEN_URL`.
+ * Store B access tokens (docs/operations.md, "How the service talks to Google Play"): a service
+ * account signs an RS256 assertion and trades it for an access token with the JWT-bearer grant
+ * (RFC 7523) at `STOREB_TOKEN_URL`.
  *
  * Not npm:google-auth-library: its gtoken module hard-codes https://oauth2.googleapis.com/token
  * as both the POST target and the assertion's `aud`, so it cannot honour `STOREB_TOKEN_URL` (the
@@ -15,7 +16,7 @@ import { googleApiError, parseJsonBody, requestUpstream, UpstreamUnreachable } f
 export const ANDROIDPUBLISHER_SCOPE = "https://www.googleapis.com/auth/androidpublisher";
 /** Google refuses assertions that live longer than an hour. */
 const ASSERTION_LIFETIME_SECONDS = 3600;
-/** A cached token is replaced this long before it expires (decisions.md 6). */
+/** A cached token is replaced this long before it expires, so none is used as it runs out. */
 const REFRESH_MARGIN_MS = 5 * 60_000;
 /** Entries per cache; one per service account in use, so this is only a guard. */
 const CACHE_LIMIT = 10_000;

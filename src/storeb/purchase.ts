@@ -1,17 +1,18 @@
 /**
- * Normalization of the Play Developer API's purchase objects into the verify response's
- * `purchase` (spec 2.3, decisions.md 6). Pure functions of the upstream JSON and the request.
+ * Normalization of the Play Developer API's purchase objects into the verify response's `purchase`
+ * (docs/integration.md, "POST /v1/storeb/verify"). Pure functions of the upstream JSON and the
+ * request.
  *
  * Upstream shapes are read loosely: a field that is absent or of an unexpected type becomes null
- * (false for `autoRenewing`, 0 for a subscription's `acknowledgementState`) rather than failing
- * the verification, because `rawResponse` keeps everything for a client that needs more. So the
- * spec's strings and integers are always of their type or null, never missing or of another type.
- * Only a body that is not a JSON object at all is refused (502 `GOOGLE_API_ERROR`).
+ * (false for `autoRenewing`, 0 for a subscription's `acknowledgementState`) rather than failing the
+ * verification, because `rawResponse` keeps everything for a client that needs more. So the
+ * documented strings and integers are always of their type or null, never missing or of another
+ * type. Only a body that is not a JSON object at all is refused (502 `GOOGLE_API_ERROR`).
  */
 import type { ServiceError } from "../errors.ts";
 import { googleApiError } from "./upstream.ts";
 
-/** The `purchase` of a subscription verify response (spec 2.3). */
+/** The `purchase` of a subscription verify response. */
 export interface SubscriptionPurchase {
   kind: "storeb#subscriptionPurchaseV2";
   packageName: string;
@@ -41,7 +42,7 @@ export interface SubscriptionPurchase {
   rawResponse: Record<string, unknown>;
 }
 
-/** The `purchase` of a one-time product verify response (spec 2.3). */
+/** The `purchase` of a one-time product verify response. */
 export interface ProductPurchase {
   kind: "storeb#productPurchase";
   packageName: string;
@@ -63,7 +64,7 @@ export interface ProductPurchase {
   rawResponse: Record<string, unknown>;
 }
 
-/** A normalized purchase and the app user it belongs to (spec 2.3 `appUserId`). */
+/** A normalized purchase and the app user it belongs to (the response's `appUserId`). */
 export interface NormalizedPurchase<P> {
   appUserId: string | null;
   purchase: P;

@@ -1,7 +1,7 @@
 /**
- * Store B push tokens (spec 4.4, 5.5): Cloud Pub/Sub push sends every Real-time developer
- * notification with a Google-signed OIDC ID token in `Authorization: Bearer`. A token is accepted
- * when all of these hold:
+ * Store B push tokens: Cloud Pub/Sub push sends every Real-time developer notification with a
+ * Google-signed OIDC ID token in `Authorization: Bearer`. A token is accepted when all of these
+ * hold:
  *
  * - it is an RS256 JWS whose signature verifies with the key its `kid` names in Google's JWKS
  *   (`STOREB_OIDC_CERTS_URL`);
@@ -17,10 +17,11 @@
  * Google's own libraries skip `aud` when none is given and never look at `email`: both checks are
  * made here.
  *
- * Failures follow spec 4.4: a token that is absent, malformed, out of its lifetime or from the
- * wrong issuer is `UNAUTHENTICATED`; one signed with a key Google does not publish, or minted for
- * another audience or account, is `SIGNATURE_INVALID`. A JWKS that cannot be loaded while no key is
- * cached is a plain `Error` (a 500), so Pub/Sub retries the delivery later rather than dropping it.
+ * Failures (docs/operations.md, "How a notification is received"): a token that is absent,
+ * malformed, out of its lifetime or from the wrong issuer is `UNAUTHENTICATED`; one signed with a
+ * key Google does not publish, or minted for another audience or account, is `SIGNATURE_INVALID`. A
+ * JWKS that cannot be loaded while no key is cached is a plain `Error` (a 500), so Pub/Sub retries
+ * the delivery later rather than dropping it.
  *
  * Tokens come from anyone, so the JWKS cache is shaped for a hostile sender: a `kid` is only ever
  * looked up, never stored; an unknown one triggers at most one fetch per cooldown, shared by every

@@ -1,7 +1,7 @@
 /**
  * HTTP to Google's endpoints (token and Play Developer API), shared by the token source and the
  * API client: one request under a deadline, failures described without their URL, and the
- * `GOOGLE_API_ERROR` envelope (spec 4.2, 7).
+ * `GOOGLE_API_ERROR` envelope (docs/integration.md, "Error codes").
  */
 import { ServiceError } from "../errors.ts";
 
@@ -14,7 +14,8 @@ export interface UpstreamResponse {
 
 /**
  * No whole answer arrived: the connection failed, was reset mid-answer, or the deadline passed.
- * Its message never holds the URL, which carries the purchase token (decisions.md 10).
+ * Its message never holds the URL, which carries the purchase token: purchase tokens are never
+ * logged.
  */
 export class UpstreamUnreachable extends Error {
   /** Whether the deadline passed (rather than the network failing). */
@@ -78,7 +79,7 @@ export interface GoogleApiErrorFields {
   cause?: unknown;
 }
 
-/** 502 `GOOGLE_API_ERROR` with `details.status` and `details.upstreamCode` (spec 4.2). */
+/** 502 `GOOGLE_API_ERROR` with `details.status` and `details.upstreamCode`. */
 export function googleApiError(message: string, fields: GoogleApiErrorFields): ServiceError {
   return new ServiceError("GOOGLE_API_ERROR", message, {
     details: { status: fields.status, upstreamCode: fields.upstreamCode },

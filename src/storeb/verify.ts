@@ -1,6 +1,6 @@
 /**
- * Store B verification (spec 2.3, 4.2; decisions.md 6): asks the Play Developer API about a
- * purchase token and normalizes the answer.
+ * Store B verification (docs/integration.md, "POST /v1/storeb/verify"): asks the Play Developer API
+ * about a purchase token and normalizes the answer.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
 import { rateLimited, type ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
@@ -19,7 +19,7 @@ import {
   type UpstreamResponse,
 } from "./upstream.ts";
 
-/** A store B verify request (spec 4.2), as the route validated it. */
+/** A store B verify request, as the route validated it. */
 export interface StorebVerifyInput {
   packageName: string;
   productId: string;
@@ -74,7 +74,7 @@ export class StorebVerifier {
     credentials: StorebCredentials,
     request: StorebVerifyInput,
   ): Promise<StorebVerifyOutcome> {
-    // decisions.md 6: the package is checked before the store is asked.
+    // The package is checked before the store is asked: a mismatch costs no upstream call.
     if (request.packageName !== credentials.packageName) {
       return {
         valid: false,

@@ -1,5 +1,5 @@
 /**
- * The store B subscription rows of decisions.md 8, written out independently of
+ * The store B subscription rows of the event catalog (docs/events.md), written out independently of
  * `src/events/catalog.ts` so the tests that use them can fail when it changes.
  */
 

@@ -33,7 +33,7 @@ export async function postJson(
   return { status: response.status, headers: response.headers, json };
 }
 
-/** Asserts the error envelope of spec 2.5 with `status` and `code`. */
+/** Asserts the error envelope with `status` and `code`. */
 export function assertError(answer: JsonAnswer, status: number, code: string): void {
   assert.equal(answer.status, status, JSON.stringify(answer.json));
   assert.equal(answer.json.valid, false);
@@ -43,7 +43,7 @@ export function assertError(answer: JsonAnswer, status: number, code: string): v
   assert.match(answer.headers.get("x-request-id") ?? "", /^req_/);
 }
 
-/** Asserts a receipt of spec 2.6. */
+/** Asserts a receiver's 200 answer `{eventId, externalId, isNew, enqueuedDelivery}`. */
 export function assertReceipt(
   answer: JsonAnswer,
   expected: { externalId: string; isNew: boolean; enqueuedDelivery: boolean },
@@ -128,7 +128,7 @@ export async function deliveryReaches(
   );
 }
 
-/** The keys of a delivery body, in the order of spec 2.9. */
+/** The keys of a delivery body, in the order docs/integration.md lists them. */
 export const DELIVERY_KEYS = [
   "event",
   "reason",
@@ -144,8 +144,8 @@ export const DELIVERY_KEYS = [
 ];
 
 /**
- * Asserts what every delivery carries (spec 4.7, decisions.md 9): a valid signature over the
- * body, the headers, and the body's keys. Returns the parsed body.
+ * Asserts what every delivery carries: a valid signature over the body, the headers, and the body's
+ * keys. Returns the parsed body.
  */
 export function assertSignedDelivery(
   delivery: ReceivedDelivery,
