@@ -126,3 +126,38 @@ Deno.test("embedded: a known startup is answered at once while a transaction hol
     await Deno.remove(dataDir, { recursive: true });
   }
 });
+
+Deno.test("embedded: a failing statement takes no other connection's answer with it", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 4, true);
+  try {
+    // After an error PostgreSQL skips messages until the next Sync: only its own connection's.
+    const outcomes = await withDeadline(
+      Promise.allSettled(
+        Array.from(
+          { length: 60 },
+          (_, i) =>
+            i % 5 === 0
+              ? db.sql.unsafe("SELECT missing FROM nowhere WHERE id = $1", [i])
+              : db.sql`SELECT ${i}::int AS v`,
+        ),
+      ),
+      20_000,
+    );
+    outcomes.forEach((outcome, i) => {
+      if (i % 5 === 0) {
+        assert.ok(outcome.status === "rejected");
+        assert.equal(outcome.reason.code, "42P01");
+      } else {
+        assert.ok(
+          outcome.status === "fulfilled",
+          String((outcome as PromiseRejectedResult).reason),
+        );
+        assert.equal(outcome.value[0].v, i);
+      }
+    });
+  } finally {
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
