@@ -41,6 +41,9 @@ try {
       "--allow-ffi",
       "--include",
       "migrations/",
+      // The embedded engine's first data directory (src/db/embedded_template.ts).
+      "--include",
+      "src/db/pglite_initdb.tar.gz",
       "--output",
       "dist/purchase-relay",
       "main.ts",

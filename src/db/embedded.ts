@@ -30,6 +30,7 @@ import net from "node:net";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { type MemorySocket, memorySocketPair } from "./memory_socket.ts";
+import { ensureDatabaseDirectory } from "./embedded_template.ts";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
@@ -92,7 +93,14 @@ export async function startEmbeddedServer(
 ): Promise<EmbeddedServer> {
   // Loaded here, not at the top: a service on PostgreSQL never pays PGlite's memory.
   const { PGlite } = await import("@electric-sql/pglite");
-  const db = await PGlite.create(join(dataDir, "pglite"));
+  const databaseDir = join(dataDir, "pglite");
+  // PGlite's WebAssembly compiles while a new database is unpacked, instead of after.
+  const [pgliteWasmModule] = await Promise.all([
+    Deno.readFile(new URL(import.meta.resolve("@electric-sql/pglite/pglite.wasm")))
+      .then((bytes) => WebAssembly.compile(bytes)),
+    ensureDatabaseDirectory(databaseDir),
+  ]);
+  const db = await PGlite.create(databaseDir, { pgliteWasmModule });
   const lock = new SessionLock();
   const sockets = new Set<Duplex>();
   const listeners = new Map<string, Set<() => void>>();
