@@ -39,6 +39,8 @@ try {
       "--allow-write",
       "--allow-sys=hostname,osRelease",
       "--allow-ffi",
+      // Baked into the executable like the permissions (src/permissions.ts says why).
+      "--v8-flags=--liftoff-only",
       "--include",
       "migrations/",
       // The embedded engine's first data directory (src/db/embedded_template.ts).

@@ -31,6 +31,7 @@ import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { type MemorySocket, memorySocketPair } from "./memory_socket.ts";
 import { ensureDatabaseDirectory } from "./embedded_template.ts";
+import { trimFreedMemory } from "./malloc_trim.ts";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
@@ -55,6 +56,17 @@ const SYNC_MESSAGE = new Uint8Array([MSG_SYNC, 0, 0, 0, 4]);
 const STARTUP_ANSWER_LIMIT = 16;
 /** A connection that holds a transaction open longer than this is cut, freeing the others. */
 const TRANSACTION_IDLE_LIMIT_MS = 30_000;
+/**
+ * PostgreSQL settings of the embedded engine, on top of PGlite's own. PGlite holds PostgreSQL's
+ * shared memory in its WebAssembly memory and touches all of it at start: the defaults, 128 MB of
+ * shared buffers and room for 100 connections, were most of the engine's resident set. PGlite
+ * runs one session, and 2 MB of buffers cost about 7% more CPU than 8 MB over 13,000 inserts and
+ * reads (docs/benchmarks.md, "The embedded engine"). Neither changes what a commit survives.
+ */
+const ENGINE_SETTINGS: Record<string, string> = {
+  shared_buffers: "2MB",
+  max_connections: "4",
+};
 
 /** A running embedded engine. */
 export interface EmbeddedServer {
@@ -100,7 +112,15 @@ export async function startEmbeddedServer(
       .then((bytes) => WebAssembly.compile(bytes)),
     ensureDatabaseDirectory(databaseDir),
   ]);
-  const db = await PGlite.create(databaseDir, { pgliteWasmModule });
+  const db = await PGlite.create(databaseDir, {
+    pgliteWasmModule,
+    startParams: [
+      ...PGlite.defaultStartParams,
+      ...Object.entries(ENGINE_SETTINGS).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
+    ],
+  });
+  // Compiling and unpacking freed some 40 MB that glibc would otherwise keep (malloc_trim.ts).
+  trimFreedMemory();
   const lock = new SessionLock();
   const sockets = new Set<Duplex>();
   const listeners = new Map<string, Set<() => void>>();
