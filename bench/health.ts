@@ -8,8 +8,8 @@
  * to another (`taskset -c 1`), first for a warm-up, then for the measured run with `--latency`.
  * The service runs twice, as in production (`NODE_ENV=production`, `LOG_LEVEL=info`): first on a
  * temporary PostgreSQL database (`BENCH_DATABASE_URL`), the production setup, which the goals are
- * judged on; then on the embedded engine in a fresh temporary directory, whose in-process
- * database dominates the resident set. Its stdout, one `http_request` JSON line per request, is
+ * judged on; then on the embedded engine in a fresh temporary directory, whose peak RSS has a
+ * goal of its own. Its stdout, one `http_request` JSON line per request, is
  * written to a real file, so the cost of logging is part of what is measured.
  * The peak RSS is read from `/proc/<pid>/status` of the deno process itself at the end of the run.
  *
@@ -100,7 +100,11 @@ export interface HealthBenchmarkResult {
     maxRssMb: number;
     ratioMet: boolean;
     rssMet: boolean;
+    /** Both goals on PostgreSQL. */
     met: boolean;
+    /** The embedded engine's own goal: its peak RSS. */
+    maxRssEmbeddedMb: number;
+    rssEmbeddedMet: boolean;
   };
 }
 
@@ -108,6 +112,8 @@ export interface HealthBenchmarkResult {
 export const MIN_RATIO = 0.7;
 /** The goal: the service's peak RSS stays under this many MiB. */
 export const MAX_RSS_MB = 100;
+/** The embedded engine's goal: the service's peak RSS, its first boot included, at most this. */
+export const MAX_RSS_EMBEDDED_MB = 250;
 
 /** Runs the benchmark: the bare server first, then the service, each on a fresh process. */
 export async function runHealthBenchmark(
@@ -180,6 +186,8 @@ export async function runHealthBenchmark(
       ratioMet,
       rssMet,
       met: ratioMet && rssMet,
+      maxRssEmbeddedMb: MAX_RSS_EMBEDDED_MB,
+      rssEmbeddedMet: serviceEmbedded.rssMb <= MAX_RSS_EMBEDDED_MB,
     },
   };
 }
@@ -224,9 +232,10 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
     `of bare; the service on PostgreSQL reaches ${
       pct(service.requestsPerSecond / floor.requestsPerSecond)
     } of the floor`,
-    `- on the embedded engine (not judged): ${pct(result.ratioEmbedded)} of bare, peak RSS ${
-      serviceEmbedded.rssMb.toFixed(1)
-    } MB, most of it the in-process database`,
+    `- on the embedded engine, peak RSS (its first boot included) at most ${goal.maxRssEmbeddedMb} ` +
+    `MB: ${serviceEmbedded.rssMb.toFixed(1)} MB, ${mark(goal.rssEmbeddedMet)} (PostgreSQL: ${
+      service.rssMb.toFixed(1)
+    } MB); req/s ${pct(result.ratioEmbedded)} of bare, not judged`,
   ].join("\n");
 }
 
