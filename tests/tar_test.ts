@@ -112,3 +112,14 @@ for (
 Deno.test("tar: the writer refuses a path a reader would refuse", () => {
   assert.throws(() => tarArchive([{ path: "a/../b", type: "directory" }]), TarError);
 });
+
+Deno.test("tar: a file that cannot be written fails the extraction", async () => {
+  await withDir(async (dir) => {
+    // Written several at a time: the failure of one must still reach the caller.
+    const twice = tarArchive([
+      ...Array.from({ length: 40 }, (_, i): TarEntry => ({ path: `f${i}`, type: "file" })),
+      { path: "f3", type: "file", data: new Uint8Array(1) },
+    ]);
+    await assert.rejects(extractTar(chunked(twice, 4096), dir), Deno.errors.AlreadyExists);
+  });
+});
