@@ -45,6 +45,7 @@ import {
   runRelayBenchmark,
 } from "./relay.ts";
 import {
+  formatColdStartGoal,
   formatColdStartSummary,
   formatColdStartTable,
   runColdStartBenchmark,
@@ -262,6 +263,7 @@ async function runOne(
             head,
             formatColdStartTable(result),
             formatColdStartSummary(result),
+            formatColdStartGoal(result),
           ),
         },
         summary: result.boots.filter((boot) => boot !== bare).map((boot) => [

@@ -11,8 +11,8 @@
  * is the median of the rounds, each ratio the median of the rounds' ratios.
  * The service runs twice, as in production (`NODE_ENV=production`, `LOG_LEVEL=info`): first on a
  * temporary PostgreSQL database (`BENCH_DATABASE_URL`), the production setup, which the goals are
- * judged on; then on the embedded engine in a fresh temporary directory, whose in-process
- * database dominates the resident set. Its stdout, one `http_request` JSON line per request, is
+ * judged on; then on the embedded engine in a fresh temporary directory, whose peak RSS has a
+ * goal of its own. Its stdout, one `http_request` JSON line per request, is
  * written to a real file, so the cost of logging is part of what is measured.
  * The peak RSS is read from `/proc/<pid>/status` of the deno process itself at the end of the run.
  *
@@ -118,7 +118,11 @@ export interface HealthBenchmarkResult {
     maxRssMb: number;
     ratioMet: boolean;
     rssMet: boolean;
+    /** Both goals on PostgreSQL. */
     met: boolean;
+    /** The embedded engine's own goal: its peak RSS. */
+    maxRssEmbeddedMb: number;
+    rssEmbeddedMet: boolean;
   };
 }
 
@@ -129,6 +133,8 @@ export interface HealthBenchmarkResult {
 export const MIN_FLOOR_RATIO = 0.9;
 /** The goal: the service's peak RSS stays under this many MiB. */
 export const MAX_RSS_MB = 100;
+/** The embedded engine's goal: the service's peak RSS, its first boot included, at most this. */
+export const MAX_RSS_EMBEDDED_MB = 250;
 
 /**
  * Runs the benchmark: `rounds` rounds of the bare server, the service on PostgreSQL and the floor,
@@ -198,6 +204,8 @@ export async function runHealthBenchmark(
       ratioMet,
       rssMet,
       met: ratioMet && rssMet,
+      maxRssEmbeddedMb: MAX_RSS_EMBEDDED_MB,
+      rssEmbeddedMet: serviceEmbedded.rssMb <= MAX_RSS_EMBEDDED_MB,
     },
   };
 }
@@ -260,8 +268,10 @@ export function formatHealthGoal(result: HealthBenchmarkResult): string {
           (service.serverCpuCores / service.requestsPerSecond),
       )
     } of the floor's req/s`,
-    `- on the embedded engine (not judged, one run): ${pct(result.ratioEmbedded)} of bare, ` +
-    `peak RSS ${serviceEmbedded.rssMb.toFixed(1)} MB, most of it the in-process database`,
+    `- on the embedded engine, peak RSS (its first boot included) at most ${goal.maxRssEmbeddedMb} ` +
+    `MB: ${serviceEmbedded.rssMb.toFixed(1)} MB, ${mark(goal.rssEmbeddedMet)} (PostgreSQL: ${
+      service.rssMb.toFixed(1)
+    } MB); req/s ${pct(result.ratioEmbedded)} of bare, not judged`,
     `- load average (1 min) when each round began: ${
       result.loadAverages.map((load) => load.toFixed(2)).join(", ")
     }`,

@@ -39,6 +39,9 @@ try {
       ...executablePermissions(),
       "--include",
       "migrations/",
+      // The embedded engine's first data directory (src/db/embedded_template.ts).
+      "--include",
+      "src/db/pglite_initdb.tar.gz",
       "--output",
       "dist/purchase-relay",
       "main.ts",

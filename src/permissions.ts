@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { type Config, ConfigError, configVariables, readConfig } from "./config.ts";
 import { LIBCRYPTO_PATHS } from "./crypto/es256.ts";
 import { MIGRATIONS_DIR } from "./db/migrate.ts";
+import { TEMPLATE_URL } from "./db/embedded_template.ts";
 
 /** Where the compiled executable may read and write: the systemd unit's and the image's paths. */
 export const EXECUTABLE_PATHS = {
@@ -36,6 +37,8 @@ interface Scope {
   postgres: boolean;
   /** Whether it may look up its OS user, npm:postgres's user name when DATABASE_URL has none. */
   osUser: boolean;
+  /** Whether it runs the embedded engine (PGlite's WebAssembly). */
+  embedded: boolean;
 }
 
 /**
@@ -54,7 +57,14 @@ export function servicePermissions(
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     // The process stops at its first line, on the same error, before it touches any file.
-    return permissionFlags({ reads: [], writes: [], ffi: false, postgres: false, osUser: false });
+    return permissionFlags({
+      reads: [],
+      writes: [],
+      ffi: false,
+      postgres: false,
+      osUser: false,
+      embedded: false,
+    });
   }
   const embedded = config.databaseUrl === null;
   // With PostgreSQL and ENCRYPTION_KEY the service keeps nothing in DATA_DIR, and gets no access.
@@ -63,7 +73,7 @@ export function servicePermissions(
     reads: [
       fileURLToPath(MIGRATIONS_DIR),
       ...data,
-      ...(embedded ? [embeddedEngineFiles()] : []),
+      ...(embedded ? [embeddedEngineFiles(), fileURLToPath(TEMPLATE_URL)] : []),
       ...config.storeaRootCerts,
       ...(config.databaseCaFile === null ? [] : [config.databaseCaFile]),
       ...fileOptions(args),
@@ -74,6 +84,7 @@ export function servicePermissions(
     ffi: config.cryptoEngine !== "webcrypto",
     postgres: !embedded,
     osUser: !embedded && new URL(config.databaseUrl!).username === "",
+    embedded,
   });
 }
 
@@ -89,6 +100,7 @@ export function executablePermissions(): string[] {
     ffi: true,
     postgres: true,
     osUser: true,
+    embedded: true,
   });
 }
 
@@ -110,6 +122,10 @@ function permissionFlags(scope: Scope): string[] {
     // As libpq does, npm:postgres connects as the OS user when DATABASE_URL names none.
     ...(scope.osUser ? ["--allow-sys=userInfo,uid,gid"] : []),
     ...pathFlag("--allow-ffi", scope.ffi ? [...LIBCRYPTO_PATHS] : []),
+    // Not a permission: the embedded engine's WebAssembly stays on V8's baseline compiler, which
+    // saves it some 45 MB and CPU (docs/operations.md, "Embedded or PostgreSQL"). A service on
+    // PostgreSQL runs no WebAssembly and keeps V8's defaults.
+    ...(scope.embedded ? ["--v8-flags=--liftoff-only"] : []),
   ];
 }
 

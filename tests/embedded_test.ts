@@ -126,3 +126,83 @@ Deno.test("embedded: a known startup is answered at once while a transaction hol
     await Deno.remove(dataDir, { recursive: true });
   }
 });
+
+// What sharing one session takes beyond isolation (docs/architecture.md, "Why the embedded engine
+// multiplexes sessions itself"): each of these fails on @electric-sql/pglite-socket 0.2.17.
+
+Deno.test("embedded: concurrent connections' statements never run with each other's parameters", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 4, true);
+  const other = await openEmbedded(dataDir, 2, false);
+  try {
+    // Outside a transaction npm:postgres parses and describes first, then binds once it knows
+    // the parameter types: another connection's statement in between must not be the one bound.
+    const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => {
+      const { sql } = i % 3 === 0 ? other : db;
+      return i % 2 === 0
+        ? sql`SELECT ${i}::int + 1 AS v`
+        : sql`SELECT 'text:' || ${String(i)}::text AS v`;
+    }));
+    answers.forEach((rows, i) => assert.equal(rows[0].v, i % 2 === 0 ? i + 1 : `text:${i}`));
+  } finally {
+    await other.close();
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
+Deno.test("embedded: a failing statement takes no other connection's answer with it", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 4, true);
+  try {
+    // After an error PostgreSQL skips messages until the next Sync: only its own connection's.
+    const outcomes = await withDeadline(
+      Promise.allSettled(
+        Array.from(
+          { length: 60 },
+          (_, i) =>
+            i % 5 === 0
+              ? db.sql.unsafe("SELECT missing FROM nowhere WHERE id = $1", [i])
+              : db.sql`SELECT ${i}::int AS v`,
+        ),
+      ),
+      20_000,
+    );
+    outcomes.forEach((outcome, i) => {
+      if (i % 5 === 0) {
+        assert.ok(outcome.status === "rejected");
+        assert.equal(outcome.reason.code, "42P01");
+      } else {
+        assert.ok(
+          outcome.status === "fulfilled",
+          String((outcome as PromiseRejectedResult).reason),
+        );
+        assert.equal(outcome.value[0].v, i);
+      }
+    });
+  } finally {
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
+Deno.test("embedded: a NOTIFY from any connection reaches the engine's listeners", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 2, true);
+  const other = await openEmbedded(dataDir, 2, false);
+  try {
+    const heard: string[] = [];
+    await db.listen("wake", () => heard.push("wake"));
+    await other.sql`NOTIFY wake`; // another process, on the socket
+    await db.sql.begin(async (tx) => {
+      await tx`NOTIFY wake`;
+      assert.deepEqual(heard, ["wake"], "a NOTIFY is heard when its transaction commits");
+    });
+    await db.sql`NOTIFY other_channel`;
+    assert.deepEqual(heard, ["wake", "wake"]);
+  } finally {
+    await other.close();
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});

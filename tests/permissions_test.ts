@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { CONFIG_VARIABLES, configVariables, readConfig } from "../src/config.ts";
 import { LIBCRYPTO_PATHS } from "../src/crypto/es256.ts";
+import { TEMPLATE_URL } from "../src/db/embedded_template.ts";
 import {
   EXECUTABLE_PATHS,
   executablePermissions,
@@ -94,11 +95,14 @@ Deno.test("permissions: the embedded engine in DATA_DIR, with a generated key", 
   assert.deepEqual(scopeOf(flags, "--allow-write"), ["/srv/relay/state"]);
   const reads = scopeOf(flags, "--allow-read")!;
   assert.deepEqual(reads.slice(0, 2), [MIGRATIONS, "/srv/relay/state"]);
-  assert.equal(pgliteFiles(flags).length, 1);
+  // PGlite's own files, and the initdb output a new database starts from.
+  assert.equal(pgliteFiles(flags).length, 2);
   assert.match(pgliteFiles(flags)[0], /@electric-sql\/pglite\/[\d.]+\/dist$/);
-  assert.equal(reads.length, 3);
+  assert.equal(pgliteFiles(flags)[1], fileURLToPath(TEMPLATE_URL));
+  assert.equal(reads.length, 4);
   assert.deepEqual(scopeOf(flags, "--allow-ffi"), [...LIBCRYPTO_PATHS]);
   assert.equal(scopeOf(flags, "--allow-sys"), null);
+  assert.ok(flags.includes("--v8-flags=--liftoff-only"));
 });
 
 Deno.test("permissions: the default DATA_DIR is ./data, relative to where it runs", () => {

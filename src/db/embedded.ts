@@ -15,7 +15,9 @@
  * connection (over the Unix socket, under load, the second half sometimes never came; see
  * memory_socket.ts). The
  * server remembers the Parse instead and runs it again just before the Bind, hiding its second
- * ParseComplete; the unnamed statement is the same text, so the result is the same.
+ * ParseComplete; the unnamed statement is the same text, so the result is the same. If the first
+ * half failed, PostgreSQL skips every message until the next Sync, whoever sends it: the lock
+ * then stays with the connection until its own Sync (npm:postgres sends it on the error).
  *
  * A startup message is answered from memory when PGlite has already answered the same bytes:
  * the session is shared, so the answer (parameters, key data, ReadyForQuery) is the same. A
@@ -28,6 +30,7 @@ import net from "node:net";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { type MemorySocket, memorySocketPair } from "./memory_socket.ts";
+import { ensureDatabaseDirectory } from "./embedded_template.ts";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
@@ -46,10 +49,23 @@ const MSG_PARSE_COMPLETE = 0x31; // '1', backend ParseComplete
 const MSG_READY_FOR_QUERY = 0x5a; // 'Z'
 const MSG_ERROR = 0x45; // 'E'
 const MSG_AUTHENTICATION = 0x52; // 'R'
+/** A Sync message: type and length, no body. */
+const SYNC_MESSAGE = new Uint8Array([MSG_SYNC, 0, 0, 0, 4]);
 /** Distinct startup messages whose answers are remembered; clients here send one or two. */
 const STARTUP_ANSWER_LIMIT = 16;
 /** A connection that holds a transaction open longer than this is cut, freeing the others. */
 const TRANSACTION_IDLE_LIMIT_MS = 30_000;
+/**
+ * PostgreSQL settings of the embedded engine, on top of PGlite's own. PGlite holds PostgreSQL's
+ * shared memory in its WebAssembly memory and touches all of it at start: the defaults, 128 MB of
+ * shared buffers and room for 100 connections, were most of the engine's resident set. PGlite
+ * runs one session, and 2 MB of buffers cost about 7% more CPU than 8 MB over 13,000 inserts and
+ * reads (docs/benchmarks.md, "The embedded engine"). Neither changes what a commit survives.
+ */
+const ENGINE_SETTINGS: Record<string, string> = {
+  shared_buffers: "2MB",
+  max_connections: "4",
+};
 
 /** A running embedded engine. */
 export interface EmbeddedServer {
@@ -88,7 +104,20 @@ export async function startEmbeddedServer(
 ): Promise<EmbeddedServer> {
   // Loaded here, not at the top: a service on PostgreSQL never pays PGlite's memory.
   const { PGlite } = await import("@electric-sql/pglite");
-  const db = await PGlite.create(join(dataDir, "pglite"));
+  const databaseDir = join(dataDir, "pglite");
+  // PGlite's WebAssembly compiles while a new database is unpacked, instead of after.
+  const [pgliteWasmModule] = await Promise.all([
+    Deno.readFile(new URL(import.meta.resolve("@electric-sql/pglite/pglite.wasm")))
+      .then((bytes) => WebAssembly.compile(bytes)),
+    ensureDatabaseDirectory(databaseDir),
+  ]);
+  const db = await PGlite.create(databaseDir, {
+    pgliteWasmModule,
+    startParams: [
+      ...PGlite.defaultStartParams,
+      ...Object.entries(ENGINE_SETTINGS).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
+    ],
+  });
   const lock = new SessionLock();
   const sockets = new Set<Duplex>();
   const listeners = new Map<string, Set<() => void>>();
@@ -166,6 +195,11 @@ function serveConnection(context: ConnectionContext): void {
   let work = Promise.resolve();
   /** The Parse of a describe-first exchange, to run again before its Bind (see the module doc). */
   let parseToRepeat: Uint8Array | null = null;
+  /**
+   * Whether PostgreSQL is skipping this connection's messages until its Sync: after an error in
+   * an exchange the client has not ended yet (its Sync follows), as the protocol has it.
+   */
+  let skippingToSync = false;
 
   /** Runs `unit` under the session lock; `record`, if given, gets everything PGlite answered. */
   const runUnit = (unit: Uint8Array[], record?: (answer: Uint8Array) => void) => {
@@ -177,24 +211,28 @@ function serveConnection(context: ConnectionContext): void {
       const repeated = parseToRepeat !== null && unit[0]?.[0] === MSG_BIND ? parseToRepeat : null;
       parseToRepeat = null;
       let midExchange = unit.at(-1)?.[0] === MSG_FLUSH;
+      const scanner = new BackendScanner(listeners);
       try {
         for (const message of repeated ? [repeated, ...unit] : unit) {
           if (message[0] === MSG_TERMINATE) {
             socket.end();
             break;
           }
-          const scanner = listeners.size > 0 ? new NotificationScanner(listeners) : null;
           const hideParseComplete = message === repeated;
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
               if (hideParseComplete && isParseCompleteOnly(data)) return;
               if (record) answer.push(data.slice());
-              scanner?.push(data);
+              scanner.push(data);
               if (!socket.destroyed) socket.write(data);
             },
           });
         }
-        if (midExchange && !db.isInTransaction() && isUnnamedDescribe(unit)) {
+        const last = unit.at(-1)?.[0];
+        if (last === MSG_SYNC || last === MSG_QUERY) skippingToSync = false;
+        else if (scanner.sawError) skippingToSync = true;
+        // Until that Sync the session is this connection's: another's messages would be skipped.
+        if (midExchange && !skippingToSync && !db.isInTransaction() && isUnnamedDescribe(unit)) {
           parseToRepeat = unit[0];
           midExchange = false;
         }
@@ -212,10 +250,13 @@ function serveConnection(context: ConnectionContext): void {
     });
   };
 
-  // A connection that ends inside a transaction must not leave it open for the next one.
+  // A connection that ends inside a transaction, or after an error before its Sync, must not
+  // leave the session so for the next one.
   const endSession = async () => {
     if (!release) return;
     try {
+      if (skippingToSync) await db.execProtocolRaw(SYNC_MESSAGE);
+      skippingToSync = false;
       if (db.isInTransaction()) await db.exec("ROLLBACK");
     } catch {
       // the session is reset by the next BEGIN anyway
@@ -282,10 +323,13 @@ function serveConnection(context: ConnectionContext): void {
 }
 
 /**
- * Finds NotificationResponse ('A') messages in a stream of backend messages and calls the
- * listeners of their channel. Other messages are skipped by length without being copied.
+ * Reads a stream of backend messages as it passes: calls the listeners of the channel of each
+ * NotificationResponse ('A'), and notes whether an ErrorResponse ('E') went by. Other messages
+ * are skipped by length without being copied.
  */
-class NotificationScanner {
+class BackendScanner {
+  /** Whether an ErrorResponse has gone by. */
+  sawError = false;
   #listeners: Map<string, Set<() => void>>;
   /** Bytes of a message header or of a notification message not complete yet. */
   #partial: Uint8Array = new Uint8Array(0);
@@ -309,7 +353,8 @@ class NotificationScanner {
     while (data.length - offset >= 5) {
       const length = new DataView(data.buffer, data.byteOffset + offset).getInt32(1);
       const end = offset + 1 + length;
-      if (data[offset] !== MSG_NOTIFICATION) {
+      if (data[offset] === MSG_ERROR) this.sawError = true;
+      if (data[offset] !== MSG_NOTIFICATION || this.#listeners.size === 0) {
         if (end > data.length) {
           this.#skip = end - data.length;
           offset = data.length;

@@ -74,7 +74,7 @@ export async function freshDatabase(options: FreshDatabaseOptions = {}): Promise
       },
     };
   }
-  // PGlite's initdb takes seconds: copy a migrated template instead.
+  // A copy of a migrated database costs less than unpacking a new one and migrating it at boot.
   const template = await embeddedTemplate();
   const target = join(dataDir, "data");
   await run(["cp", "-r", template, target]);

@@ -1,0 +1,84 @@
+/**
+ * A new embedded database starts from PGlite's initdb output shipped with the code,
+ * `pglite_initdb.tar.gz` next to this module, instead of running initdb at its first boot: PGlite
+ * runs initdb in a second PostgreSQL instance inside the process, which takes seconds and leaves
+ * hundreds of MB resident (docs/operations.md, "Embedded or PostgreSQL"). The archive holds
+ * initdb's output only; the schema still comes from the migrations, applied at boot as on
+ * PostgreSQL. `deno task pglite:initdb` rebuilds it (scripts/build_embedded_template.ts) and
+ * tests/embedded_template_test.ts checks that it is what the pinned PGlite's initdb makes.
+ */
+import { join } from "node:path";
+import { extractTar, tarArchive, type TarEntry } from "./tar.ts";
+
+/** PGlite's initdb output, as a gzip-compressed tar of the data directory's contents. */
+export const TEMPLATE_URL: URL = new URL("./pglite_initdb.tar.gz", import.meta.url);
+
+/**
+ * Makes `dir` hold a database: one that is there already is kept; a missing or empty `dir` gets
+ * the template. Returns whether it unpacked the template.
+ */
+export async function ensureDatabaseDirectory(dir: string): Promise<boolean> {
+  if (await exists(join(dir, "PG_VERSION"))) return false;
+  // Anything else in the way may be someone's data: stop rather than delete it.
+  if (await exists(dir)) {
+    for await (const _ of Deno.readDir(dir)) {
+      throw new Error(`${dir} holds files but no database (no PG_VERSION); move it away`);
+    }
+    await Deno.remove(dir);
+  }
+  // Unpacked beside it and renamed once complete, so that a crash half-way leaves no database
+  // that looks whole; the next boot starts the unpacking again.
+  const partial = `${dir}.unpacking`;
+  await Deno.remove(partial, { recursive: true }).catch((error) => {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  });
+  await Deno.mkdir(partial, { mode: 0o700 });
+  const template = await Deno.open(TEMPLATE_URL);
+  await extractTar(template.readable.pipeThrough(new DecompressionStream("gzip")), partial);
+  await Deno.rename(partial, dir);
+  return true;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
+}
+
+/**
+ * Runs PGlite's own first boot on the empty directory `dir`: its initdb, a start and a clean stop.
+ * What it leaves is what the template must hold.
+ */
+export async function initdbDirectory(dir: string): Promise<void> {
+  const { PGlite } = await import("@electric-sql/pglite");
+  const db = await PGlite.create(dir);
+  await db.close();
+}
+
+/** The template of the database in `dir`: every file and directory under it, sorted, gzipped. */
+export async function templateArchive(dir: string): Promise<Uint8Array> {
+  const entries: TarEntry[] = [];
+  const walk = async (relative: string) => {
+    const names = [];
+    for await (const entry of Deno.readDir(join(dir, relative))) names.push(entry);
+    names.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of names) {
+      const path = relative === "" ? entry.name : `${relative}/${entry.name}`;
+      if (entry.isDirectory) {
+        entries.push({ path, type: "directory" });
+        await walk(path);
+      } else if (entry.isFile) {
+        entries.push({ path, type: "file", data: await Deno.readFile(join(dir, path)) });
+      } else {
+        throw new Error(`${path} in ${dir} is neither a file nor a directory`);
+      }
+    }
+  };
+  await walk("");
+  const gzip = new Blob([tarArchive(entries)]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(gzip).arrayBuffer());
+}
