@@ -91,8 +91,10 @@ let templatePromise: Promise<string> | undefined;
 
 function embeddedTemplate(): Promise<string> {
   templatePromise ??= (async () => {
+    // Keyed by what makes a migrated database: the migrations, and the engine's own first data
+    // directory (a template left by another version in TMPDIR is not reused).
     const migrations = [...Deno.readDirSync(join(ROOT, "migrations"))].map((e) => e.name).sort();
-    let hash = 0;
+    let hash = Deno.statSync(join(ROOT, "src/db/pglite_initdb.tar.gz")).size;
     for (const name of migrations) {
       for (const c of Deno.readTextFileSync(join(ROOT, "migrations", name)) + name) {
         hash = (hash * 31 + c.charCodeAt(0)) >>> 0;
