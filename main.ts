@@ -6,6 +6,7 @@
 import { type Config, readConfig, readEnvironment } from "./src/config.ts";
 import { log, Logger } from "./src/log.ts";
 import { serve } from "./src/serve.ts";
+import { errorCode } from "./src/errors.ts";
 import { type CliContext, openForCli, runCli } from "./src/cli/mod.ts";
 
 async function main(args: string[]): Promise<number> {
@@ -21,7 +22,7 @@ async function runServer(): Promise<number> {
     return 0;
   } catch (error) {
     log.fatal("startup_failed", {
-      code: (error as { code?: string })?.code ?? "STARTUP_FAILED",
+      code: errorCode(error, "STARTUP_FAILED"),
       reason: error instanceof Error ? error.message : String(error),
       ...(error instanceof Error ? { errorClass: error.constructor.name } : {}),
     });

@@ -8,9 +8,10 @@
  * @module
  */
 import { signatureHeader } from "../src/delivery/signature.ts";
-import { readStreamPrefix } from "../src/http/body.ts";
+import { readStreamPrefix } from "../src/streams.ts";
 import { timeoutSignal } from "../src/abort.ts";
-import { RESPONSE_BODY_LIMIT, retryAfterMs } from "../src/delivery/sender.ts";
+import { RESPONSE_BODY_LIMIT } from "../src/delivery/sender.ts";
+import { parseRetryAfterMs } from "../src/retry_after.ts";
 import type { DeliveryRequest } from "../src/delivery/sender.ts";
 import type { AttemptResult } from "../src/delivery/queue.ts";
 import { resolveHost } from "../src/delivery/callback_target.ts";
@@ -68,7 +69,7 @@ export async function sendWithFetch(
       responseCode: response.status,
       responseBody,
       retryAfterMs: response.status === 429 || response.status === 503
-        ? retryAfterMs(response.headers.get("retry-after"), attemptedAt.getTime())
+        ? parseRetryAfterMs(response.headers.get("retry-after"), attemptedAt.getTime())
         : null,
     });
   } catch (error) {

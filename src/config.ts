@@ -10,6 +10,7 @@
  * @module
  */
 import { BUILD_VERSION } from "./version.ts";
+import { RelayError } from "./errors.ts";
 import {
   boolean,
   duration,
@@ -94,13 +95,11 @@ export interface Config {
 }
 
 /** A variable that is missing or invalid. The message names the variable, never a secret value. */
-export class ConfigError extends Error {
-  readonly code = "CONFIG_INVALID";
+export class ConfigError extends RelayError {
   readonly variable: string;
 
   constructor(variable: string, reason: string) {
-    super(`${variable}: ${reason}`);
-    this.name = "ConfigError";
+    super("CONFIG_INVALID", `${variable}: ${reason}`);
     this.variable = variable;
   }
 }

@@ -3,6 +3,7 @@
  * text and says, for the configuration reference, what it accepts.
  * @module
  */
+import { RelayError } from "./errors.ts";
 
 /** A kind of value: a parser of a variable's text, and what it accepts. */
 export interface Parser<T> {
@@ -19,15 +20,14 @@ export interface Parser<T> {
  * A value a parser refuses. The error reads `"<value>" <reason>`, or only `<reason>` when there is
  * no value to quote or the variable is a secret (src/config.ts names the variable).
  */
-export class InvalidValue extends Error {
+export class InvalidValue extends RelayError {
   /** The text refused: the variable's or one item of a list. */
   readonly value: string | undefined;
   /** Why, written to follow the quoted value. */
   readonly reason: string;
 
   constructor(reason: string, value?: string) {
-    super(value === undefined ? reason : `"${value}" ${reason}`);
-    this.name = "InvalidValue";
+    super("CONFIG_INVALID", value === undefined ? reason : `"${value}" ${reason}`);
     this.reason = reason;
     this.value = value;
   }

@@ -1,12 +1,11 @@
 /** Deadlines on work that may never settle (a database that accepts but never answers). */
 import { afterDeadline } from "./shared_timers.ts";
+import { RelayError } from "./errors.ts";
 
 /** Work that did not settle within its deadline. */
-export class DeadlineExceededError extends Error {
-  readonly code = "DEADLINE_EXCEEDED";
+export class DeadlineExceededError extends RelayError {
   constructor(ms: number) {
-    super(`no answer within ${ms} ms`);
-    this.name = "DeadlineExceededError";
+    super("DEADLINE_EXCEEDED", `no answer within ${ms} ms`);
   }
 }
 

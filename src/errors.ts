@@ -4,6 +4,31 @@
  * (docs/integration.md, "Errors") in exactly one place, the HTTP server.
  */
 
+/**
+ * The base of every error the service raises on purpose. Its `code` is stable: logs, the CLI's
+ * error output and the startup failure line print it, and a caller may branch on it. The name
+ * is the subclass's, so logs say which kind it was.
+ */
+export class RelayError extends Error {
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * The code of `error` for a log line or the CLI: a {@linkcode RelayError}'s own, or the
+ * upper-case code a runtime or driver error carries (`ECONNREFUSED`), else `fallback`.
+ */
+export function errorCode(error: unknown, fallback: string): string {
+  if (error instanceof RelayError) return error.code;
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" && /^[A-Z][A-Z0-9_]*$/.test(code) ? code : fallback;
+}
+
 /** Every error code the service answers with, and its HTTP status. */
 export const ERROR_STATUS = {
   INVALID_REQUEST: 400,
@@ -35,17 +60,15 @@ export interface ServiceErrorOptions {
 }
 
 /** An error the client is meant to see, with its code and status. */
-export class ServiceError extends Error {
-  readonly code: ErrorCode;
+export class ServiceError extends RelayError {
+  declare readonly code: ErrorCode;
   readonly status: number;
   readonly details?: Record<string, unknown>;
   readonly headers?: Record<string, string>;
   readonly upstreamStatus?: number | null;
 
   constructor(code: ErrorCode, message: string, options: ServiceErrorOptions = {}) {
-    super(message, { cause: options.cause });
-    this.name = "ServiceError";
-    this.code = code;
+    super(code, message, { cause: options.cause });
     this.status = ERROR_STATUS[code];
     this.details = options.details;
     this.headers = options.headers;

@@ -1,6 +1,6 @@
 /** The delivery body: every field, in order, and nothing else. */
 import assert from "node:assert/strict";
-import { serializePayload } from "../src/delivery/payload.ts";
+import { serializePayload } from "../src/events/payload.ts";
 import { DELIVERY_KEYS } from "./helpers/relay.ts";
 
 Deno.test("delivery payload: the documented fields in order, extra fields dropped", () => {

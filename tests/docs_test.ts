@@ -183,7 +183,7 @@ function cliCodes(): string[] {
   ]);
   // Errors of the modules the CLI runs carry their own code, which it prints as is.
   for (const file of importClosure(["src/cli/mod.ts"])) {
-    for (const code of matchesOf(read(file), /readonly code = "([A-Z][A-Z_]+)"/g)) codes.add(code);
+    for (const code of matchesOf(read(file), /super\(\s*"([A-Z][A-Z_]+)"/g)) codes.add(code);
   }
   return [...codes].sort();
 }

@@ -1,6 +1,6 @@
 /** HTTP helpers of the store B clients: deadlines, failures without URLs, Retry-After. */
 import assert from "node:assert/strict";
-import { requestUpstream, retryAfterSeconds, UpstreamUnreachable } from "../src/storeb/upstream.ts";
+import { requestUpstream, UpstreamUnreachable } from "../src/storeb/upstream.ts";
 
 /** A loopback port nothing listens on. */
 function closedPort(): number {
@@ -57,17 +57,4 @@ Deno.test("storeb upstream: the deadline covers the body, and redirects are not 
   } finally {
     await server.shutdown();
   }
-});
-
-Deno.test("storeb upstream: Retry-After in seconds or as an HTTP date", () => {
-  const now = Date.parse("2025-01-01T00:00:00Z");
-  assert.equal(retryAfterSeconds(null, now), null);
-  assert.equal(retryAfterSeconds("30", now), 30);
-  assert.equal(retryAfterSeconds(" 0 ", now), 0);
-  assert.equal(retryAfterSeconds("Wed, 01 Jan 2025 00:01:30 GMT", now), 90);
-  assert.equal(retryAfterSeconds("Wednesday, 01-Jan-25 00:01:30 GMT", now), 90);
-  assert.equal(retryAfterSeconds("Tue, 31 Dec 2024 23:00:00 GMT", now), 0, "a past date");
-  assert.equal(retryAfterSeconds("soon", now), null);
-  assert.equal(retryAfterSeconds("-5", now), null);
-  assert.equal(retryAfterSeconds("1.5", now), null);
 });

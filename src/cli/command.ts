@@ -7,6 +7,7 @@ import type { Config } from "../config.ts";
 import type { Logger } from "../log.ts";
 import type { Database } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
+import { RelayError } from "../errors.ts";
 
 /** One option of a command. Every option takes a value (`--name NAME` or `--name=NAME`). */
 export interface OptionSpec {
@@ -86,28 +87,23 @@ export interface CliContext {
 }
 
 /** A command that failed; `code` is printed as `error`. Exit 1. */
-export class CommandError extends Error {
-  readonly code: string;
+export class CommandError extends RelayError {
   /** More fields for the error output. */
   readonly details?: Record<string, unknown>;
   constructor(code: string, message: string, details?: Record<string, unknown>) {
-    super(message);
-    this.name = "CommandError";
-    this.code = code;
+    super(code, message);
     this.details = details;
   }
 }
 
 /** Bad usage: unknown command or option, missing or malformed arguments. Exit 2. */
-export class UsageError extends Error {
-  readonly code = "USAGE";
+export class UsageError extends RelayError {
   /** The command it is about, when known: its help is the way out. */
   readonly command?: CommandSpec;
   /** Close matches of what was mistyped (`did you mean`). */
   readonly suggestions: string[];
   constructor(message: string, options: { command?: CommandSpec; suggestions?: string[] } = {}) {
-    super(message);
-    this.name = "UsageError";
+    super("USAGE", message);
     this.command = options.command;
     this.suggestions = options.suggestions ?? [];
   }

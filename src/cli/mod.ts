@@ -11,6 +11,7 @@
  */
 import { ConfigError } from "../config.ts";
 import { BUILD_VERSION } from "../version.ts";
+import { errorCode } from "../errors.ts";
 import {
   type GlobalFlags,
   parseCommandArgs,
@@ -509,9 +510,8 @@ async function reportError(
     report = { error: error.code, message: error.message, details: error.details };
   } else {
     // Errors of the modules a command runs (database, configuration, files) keep their code.
-    const code = (error as { code?: unknown })?.code;
     report = {
-      error: typeof code === "string" && /^[A-Z_]+$/.test(code) ? code : "COMMAND_FAILED",
+      error: errorCode(error, "COMMAND_FAILED"),
       message: error instanceof Error ? error.message : String(error),
     };
   }

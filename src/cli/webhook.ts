@@ -4,7 +4,7 @@
  * @module
  */
 import { loadDeliveryTarget } from "../db/tenants.ts";
-import { serializePayload } from "../delivery/payload.ts";
+import { serializePayload } from "../events/payload.ts";
 import { sendDelivery } from "../delivery/sender.ts";
 import { callbackPolicyOf } from "../delivery/callback_policy.ts";
 import { newId } from "../ids.ts";

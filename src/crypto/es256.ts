@@ -9,6 +9,7 @@
  * store A verification or notification costs (docs/benchmarks.md). `auto` takes OpenSSL when
  * the library opens and passes a self-test, and WebCrypto otherwise.
  */
+import { RelayError } from "../errors.ts";
 
 /** The engine that checks ES256 signatures. */
 export type Es256Engine = "openssl" | "webcrypto";
@@ -24,11 +25,9 @@ export interface Es256VerifyingKey {
 }
 
 /** The requested engine cannot be used; `reason` says why. */
-export class Es256EngineError extends Error {
-  readonly code = "CRYPTO_ENGINE_UNAVAILABLE";
+export class Es256EngineError extends RelayError {
   constructor(reason: string) {
-    super(reason);
-    this.name = "Es256EngineError";
+    super("CRYPTO_ENGINE_UNAVAILABLE", reason);
   }
 }
 

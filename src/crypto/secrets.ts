@@ -8,6 +8,7 @@
  * Format: `v1.<keyId>.<base64url nonce>.<base64url ciphertext+tag>`.
  */
 import { createHash } from "node:crypto";
+import { RelayError } from "../errors.ts";
 
 /** What a sealed value is for; each purpose has its own derived key. */
 export type SecretPurpose =
@@ -21,11 +22,9 @@ export type SecretPurpose =
 export type HashPurpose = "audit-subject";
 
 /** A value that could not be opened: wrong key, wrong owner, or tampered. */
-export class SecretError extends Error {
-  readonly code = "SECRET_UNREADABLE";
+export class SecretError extends RelayError {
   constructor(message: string) {
-    super(message);
-    this.name = "SecretError";
+    super("SECRET_UNREADABLE", message);
   }
 }
 

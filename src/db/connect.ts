@@ -14,6 +14,7 @@ import {
   sharedSessionsError,
 } from "./pooler.ts";
 import { certificateError, type PostgresTls, postgresTls, readCaFile } from "./postgres_tls.ts";
+import { RelayError } from "../errors.ts";
 
 /** The SQL client type used across the service. */
 export type Sql = postgres.Sql;
@@ -53,11 +54,9 @@ export interface ConnectOptions {
 }
 
 /** A database that could not be reached within the wait. */
-export class DatabaseUnavailableError extends Error {
-  readonly code = "DATABASE_UNAVAILABLE";
+export class DatabaseUnavailableError extends RelayError {
   constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = "DatabaseUnavailableError";
+    super("DATABASE_UNAVAILABLE", message, options);
   }
 }
 

@@ -12,6 +12,7 @@
 import type { Sql } from "./connect.ts";
 import { sealedKeyId, type SecretBox, type SecretPurpose } from "../crypto/secrets.ts";
 import { auditHashKey, SEALED_SETTINGS } from "./settings.ts";
+import { RelayError } from "../errors.ts";
 
 /** A column that holds sealed values, and what binds each value (its purpose and owner). */
 export interface SealedColumn {
@@ -88,16 +89,15 @@ export interface UnreadableSecret {
 }
 
 /** Some values open with neither key: the rotation changed nothing. */
-export class UnreadableSecretsError extends Error {
-  readonly code = "SECRETS_UNREADABLE";
+export class UnreadableSecretsError extends RelayError {
   readonly unreadable: UnreadableSecret[];
   constructor(unreadable: UnreadableSecret[], box: SecretBox) {
     const keys = [box.keyId, box.previous?.keyId].filter(Boolean).join(" and ");
     super(
+      "SECRETS_UNREADABLE",
       `${unreadable.length} sealed value(s) open with neither configured key (${keys}); ` +
         "nothing was changed",
     );
-    this.name = "UnreadableSecretsError";
     this.unreadable = unreadable;
   }
 }

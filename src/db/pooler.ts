@@ -10,6 +10,7 @@
  * `pg_advisory_xact_lock`, `FOR UPDATE SKIP LOCKED` claims, `sql.begin` blocks.
  */
 import type postgres from "postgres";
+import { RelayError } from "../errors.ts";
 
 /** What sits between the service and PostgreSQL (`DATABASE_POOLER`). */
 export type DatabasePooler = "none" | "transaction";
@@ -18,11 +19,9 @@ export type DatabasePooler = "none" | "transaction";
 export const NOTIFY_POLL_INTERVAL_MS = 5_000;
 
 /** The database URL reaches PostgreSQL in a way the configuration did not declare. */
-export class DatabasePoolerError extends Error {
-  readonly code = "POOLER_MODE_MISMATCH";
+export class DatabasePoolerError extends RelayError {
   constructor(message: string) {
-    super(message);
-    this.name = "DatabasePoolerError";
+    super("POOLER_MODE_MISMATCH", message);
   }
 }
 

@@ -4,6 +4,7 @@
  * check fails (docs/operations.md, "TLS to PostgreSQL").
  */
 import { ConfigError } from "../config.ts";
+import { RelayError } from "../errors.ts";
 
 /** The modes of `sslmode` that the service accepts. */
 const UNVERIFIED_MODES = ["disable", "allow", "prefer", "require"];
@@ -117,11 +118,9 @@ export async function readCaFile(path: string): Promise<{ file: string; pem: str
 }
 
 /** The server's certificate did not pass `sslmode=verify-full`; retrying will not help. */
-export class DatabaseCertificateError extends Error {
-  readonly code = "DATABASE_CERT_MISMATCH";
+export class DatabaseCertificateError extends RelayError {
   constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = "DatabaseCertificateError";
+    super("DATABASE_CERT_MISMATCH", message, options);
   }
 }
 

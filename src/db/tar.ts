@@ -5,6 +5,7 @@
  * leave the directory, a damaged header) is refused.
  */
 import { dirname, join } from "node:path";
+import { RelayError } from "../errors.ts";
 
 /** One member of an archive. */
 export interface TarEntry {
@@ -27,10 +28,9 @@ const SMALL_FILE = 256 * 1024;
 const PARALLEL_WRITES = 16;
 
 /** A damaged archive, or one holding what this reader refuses. */
-export class TarError extends Error {
+export class TarError extends RelayError {
   constructor(message: string) {
-    super(message);
-    this.name = "TarError";
+    super("ARCHIVE_INVALID", message);
   }
 }
 

@@ -10,6 +10,7 @@ import { type CallbackConnections, postToCallback } from "./callback_client.ts";
 import { signatureHeader } from "./signature.ts";
 import type { AttemptResult } from "./queue.ts";
 import { timeoutSignal } from "../abort.ts";
+import { parseRetryAfterMs } from "../retry_after.ts";
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -85,7 +86,7 @@ export async function sendDelivery(
       responseCode: answer.status,
       responseBody: answer.bodyPrefix,
       retryAfterMs: answer.status === 429 || answer.status === 503
-        ? retryAfterMs(answer.retryAfter, attemptedAt.getTime())
+        ? parseRetryAfterMs(answer.retryAfter, attemptedAt.getTime())
         : null,
     });
   } catch (error) {
@@ -96,15 +97,6 @@ export async function sendDelivery(
   } finally {
     deadline.clear();
   }
-}
-
-/** `Retry-After` as seconds or an HTTP date (RFC 9110 10.2.3), in ms from `now`. */
-export function retryAfterMs(value: string | null, now: number): number | null {
-  if (value === null) return null;
-  const text = value.trim();
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const date = Date.parse(text);
-  return Number.isNaN(date) ? null : Math.max(0, date - now);
 }
 
 /** An error as stored and logged: never with a URL's query string or credentials. */

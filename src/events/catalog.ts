@@ -3,6 +3,7 @@
  * `platformEvent` and a `subject`. The two tables below are the whole mapping; `docs/events.md`
  * documents them row by row.
  */
+import { objectOrNull } from "../json.ts";
 
 /** What a delivery says about the notification behind it (docs/integration.md, "A delivery"). */
 export interface CatalogEntry {
@@ -219,10 +220,4 @@ function classifyPurchaseNotification(
       }
       : null,
   };
-}
-
-function objectOrNull(value: unknown): Record<string, unknown> | null {
-  return typeof value === "object" && value !== null && !Array.isArray(value)
-    ? value as Record<string, unknown>
-    : null;
 }

@@ -6,7 +6,7 @@
 import type { Sql } from "../db/connect.ts";
 import { newId } from "../ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
-import { serializePayload } from "../delivery/payload.ts";
+import { serializePayload } from "./payload.ts";
 
 /** Where a notification came from: the delivery's `source`. */
 export type EventSource = "storea" | "storeb";

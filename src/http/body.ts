@@ -4,20 +4,13 @@
  */
 import type { z } from "zod";
 import { invalidRequest } from "../errors.ts";
+import { decodeUtf8Strict, MAX_JSON_DEPTH, nestsDeeperThan } from "../json.ts";
+import { readStreamPrefix } from "../streams.ts";
 
 /** Verify endpoints accept at most 16 KB (docs/integration.md, "Limits"). */
 export const VERIFY_BODY_LIMIT = 16 * 1024;
 /** Webhook receivers accept at most 1 MB (docs/operations.md, "How a notification is received"). */
 export const RECEIVER_BODY_LIMIT = 1024 * 1024;
-
-/**
- * How deeply request JSON may nest. The stores send a few levels; a far deeper document (a
- * 1 MB body holds 500,000 levels) parses, but overflows the stack when the service serializes
- * it again to store it: a 500 rather than a 400.
- */
-export const MAX_JSON_DEPTH = 64;
-
-const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /** Parses the request body as JSON, enforcing the content type and `limit` bytes. */
 export async function readJsonBody(request: Request, limit: number): Promise<unknown> {
@@ -42,7 +35,7 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
   if (bytes.length === 0) throw invalidRequest("the request body is empty");
   let text: string;
   try {
-    text = decoder.decode(bytes);
+    text = decodeUtf8Strict(bytes);
   } catch {
     throw invalidRequest("the request body is not valid UTF-8");
   }
@@ -72,58 +65,9 @@ function framedByLength(request: Request, declared: number): boolean {
     !request.headers.has("transfer-encoding");
 }
 
-/** Whether parsed JSON `value` nests arrays and objects more than `max` levels deep. */
-export function nestsDeeperThan(value: unknown, max: number): boolean {
-  // Iterative: the documents it looks for are too deep for recursion.
-  const pending: [node: unknown, depth: number][] = [[value, 0]];
-  while (pending.length > 0) {
-    const [node, depth] = pending.pop()!;
-    if (typeof node !== "object" || node === null) continue;
-    if (depth >= max) return true;
-    for (const child of Object.values(node)) pending.push([child, depth + 1]);
-  }
-  return false;
-}
-
 function isJsonMediaType(value: string): boolean {
   const type = value.split(";", 1)[0].trim().toLowerCase();
   return type === "application/json";
-}
-
-/**
- * Reads at most `limit` bytes of `stream`, and one chunk more to tell whether there was more;
- * then stops reading and cancels the rest. Read errors propagate.
- */
-export async function readStreamPrefix(
-  stream: ReadableStream<Uint8Array> | null,
-  limit: number,
-): Promise<{ bytes: Uint8Array; exceeded: boolean }> {
-  if (stream === null) return { bytes: new Uint8Array(0), exceeded: false };
-  const reader = stream.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  try {
-    while (total <= limit) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      chunks.push(value);
-      total += value.length;
-    }
-  } finally {
-    if (total > limit) await reader.cancel().catch(() => {});
-    reader.releaseLock();
-  }
-  const kept = Math.min(total, limit);
-  if (chunks.length === 1 && total <= limit) return { bytes: chunks[0], exceeded: false };
-  const bytes = new Uint8Array(kept);
-  let offset = 0;
-  for (const chunk of chunks) {
-    const part = chunk.subarray(0, kept - offset);
-    bytes.set(part, offset);
-    offset += part.length;
-    if (offset === kept) break;
-  }
-  return { bytes, exceeded: total > limit };
 }
 
 function tooLarge(limit: number) {

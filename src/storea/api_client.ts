@@ -3,9 +3,15 @@
  * needs. One call is retried once when Apple says to try again (5xx, errorCode 5000001) or the
  * connection broke, within the caller's deadline.
  */
-import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
+import {
+  rateLimited,
+  RelayError,
+  ServiceError,
+  UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
+} from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
+import { objectOrNull } from "../json.ts";
 
 /** The two App Store environments, lower-case as in the verify API. */
 export type StoreaEnvironmentName = "production" | "sandbox";
@@ -27,13 +33,13 @@ export interface StoreaApiClientOptions {
 }
 
 /** An answer worth one more try. */
-class RetryableAnswer extends Error {
+class RetryableAnswer extends RelayError {
   constructor(
     readonly status: number | null,
     readonly upstreamCode: number | null,
     cause?: unknown,
   ) {
-    super(status === null ? "network error" : `status ${status}`, { cause });
+    super("UPSTREAM_RETRYABLE", status === null ? "network error" : `status ${status}`, { cause });
   }
 }
 
@@ -150,7 +156,7 @@ function appleRateLimited(retryAfter: string | null): ServiceError {
 function parseObject(text: string): Record<string, unknown> | null {
   try {
     const value = JSON.parse(text);
-    return typeof value === "object" && value !== null && !Array.isArray(value) ? value : null;
+    return objectOrNull(value);
   } catch {
     return null;
   }

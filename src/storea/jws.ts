@@ -14,7 +14,9 @@
  */
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
+import { decodeUtf8Strict, isJsonObject } from "../json.ts";
 import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
+import { RelayError } from "../errors.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -46,14 +48,11 @@ export const CHAIN_CACHE_LIMIT = 32;
 const CERTIFICATE_ROLES = ["leaf", "intermediate", "root"] as const;
 
 const encoder = new TextEncoder();
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** A JWS that does not verify; `reason` says why, for logs (never the JWS itself). */
-export class JwsInvalidError extends Error {
-  readonly code = "SIGNATURE_INVALID";
+export class JwsInvalidError extends RelayError {
   constructor(reason: string) {
-    super(reason);
-    this.name = "JwsInvalidError";
+    super("SIGNATURE_INVALID", reason);
   }
 }
 
@@ -293,14 +292,12 @@ function parseCertificate(der: Uint8Array, which: string): pkijs.Certificate {
 function decodeSegment(segment: string, which: string): Record<string, unknown> {
   let value: unknown;
   try {
-    value = JSON.parse(strictUtf8.decode(decodeBase64url(segment, which)));
+    value = JSON.parse(decodeUtf8Strict(decodeBase64url(segment, which)));
   } catch {
     throw new JwsInvalidError(`the ${which} is not base64url JSON`);
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new JwsInvalidError(`the ${which} is not a JSON object`);
-  }
-  return value as Record<string, unknown>;
+  if (!isJsonObject(value)) throw new JwsInvalidError(`the ${which} is not a JSON object`);
+  return value;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import { invalidRequest, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
-import { MAX_JSON_DEPTH, nestsDeeperThan } from "../http/body.ts";
+import { MAX_JSON_DEPTH, nestsDeeperThan, objectOrEmpty } from "../json.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
 
 /** A notification whose signatures all verified and which belongs to the tenant. */
@@ -85,10 +85,4 @@ async function verified(
 
 function mismatch(message: string): ServiceError {
   return new ServiceError("SIGNATURE_INVALID", message);
-}
-
-function objectOrEmpty(value: unknown): Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value)
-    ? value as Record<string, unknown>
-    : {};
 }

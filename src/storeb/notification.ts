@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { invalidRequest } from "../errors.ts";
-import { MAX_JSON_DEPTH, nestsDeeperThan } from "../http/body.ts";
+import { decodeUtf8Strict, isJsonObject, MAX_JSON_DEPTH, nestsDeeperThan } from "../json.ts";
 
 /**
  * The push envelope. Unknown fields are kept (Pub/Sub adds some over time, e.g.
@@ -36,8 +36,6 @@ export interface DecodedStorebNotification {
   notification: Record<string, unknown>;
 }
 
-const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
-
 /**
  * Decodes the developer notification of `envelope` and checks its package.
  * @throws {ServiceError} 400 `INVALID_REQUEST` when the data is not base64 JSON of a notification,
@@ -51,11 +49,11 @@ export function decodeStorebNotification(
   let notification: unknown;
   try {
     const base64 = envelope.message.data.replaceAll("-", "+").replaceAll("_", "/");
-    notification = JSON.parse(strictUtf8.decode(Uint8Array.fromBase64(base64)));
+    notification = JSON.parse(decodeUtf8Strict(Uint8Array.fromBase64(base64)));
   } catch {
     throw invalidRequest("message.data is not base64 of a JSON developer notification");
   }
-  if (typeof notification !== "object" || notification === null || Array.isArray(notification)) {
+  if (!isJsonObject(notification)) {
     throw invalidRequest("message.data is not a developer notification object");
   }
   // Stored and delivered as `data`: as deep as a request body may be (see MAX_JSON_DEPTH).

@@ -11,6 +11,8 @@ import { createHash } from "node:crypto";
 import { importPKCS8, SignJWT } from "jose";
 import { timeoutSignal, untilAborted } from "../abort.ts";
 import { googleApiError, parseJsonBody, requestUpstream, UpstreamUnreachable } from "./upstream.ts";
+import { objectOrEmpty } from "../json.ts";
+import { RelayError } from "../errors.ts";
 
 /** The only scope the service asks for. */
 export const ANDROIDPUBLISHER_SCOPE = "https://www.googleapis.com/auth/androidpublisher";
@@ -33,10 +35,9 @@ export interface ServiceAccount {
 }
 
 /** A service-account file that cannot be used; its message never quotes the file. */
-export class ServiceAccountError extends Error {
+export class ServiceAccountError extends RelayError {
   constructor(message: string) {
-    super(message);
-    this.name = "ServiceAccountError";
+    super("INVALID_SERVICE_ACCOUNT", message);
   }
 }
 
@@ -48,7 +49,7 @@ export function parseServiceAccount(json: string): ServiceAccount {
   } catch {
     throw new ServiceAccountError("the tenant's service-account file is not JSON");
   }
-  const fields = typeof file === "object" && file !== null ? file as Record<string, unknown> : {};
+  const fields = objectOrEmpty(file);
   const { client_email: clientEmail, private_key: privateKeyPem, private_key_id: keyId } = fields;
   if (typeof clientEmail !== "string" || clientEmail === "") {
     throw new ServiceAccountError("the tenant's service-account file has no client_email");
@@ -152,7 +153,7 @@ export class AccessTokenSource {
       clear();
     }
     const body = parseJsonBody(response.text);
-    const fields = typeof body === "object" && body !== null ? body as Record<string, unknown> : {};
+    const fields = objectOrEmpty(body);
     if (response.status !== 200) {
       // The OAuth error code (RFC 6749 5.2), e.g. invalid_grant for a refused assertion.
       const upstreamCode = typeof fields.error === "string" ? fields.error : null;

@@ -11,6 +11,7 @@
  */
 import type { ServiceError } from "../errors.ts";
 import { googleApiError } from "./upstream.ts";
+import { objectOrEmpty } from "../json.ts";
 
 /** The `purchase` of a subscription verify response. */
 export interface SubscriptionPurchase {
@@ -181,10 +182,6 @@ function notAnObject(what: string): ServiceError {
     status: 200,
     upstreamCode: null,
   });
-}
-
-function objectOrEmpty(value: unknown): Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value) ? value as Json : {};
 }
 
 function stringOrNull(value: unknown): string | null {

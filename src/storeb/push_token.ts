@@ -32,7 +32,7 @@
  */
 import { decodeJwt, decodeProtectedHeader, errors, importJWK, type JWK, jwtVerify } from "jose";
 import { ServiceError } from "../errors.ts";
-import { readStreamPrefix } from "../http/body.ts";
+import { readStreamPrefix } from "../streams.ts";
 
 /** How a {@linkcode PushTokenVerifier} finds Google's keys and judges time. */
 export interface PushTokenVerifierOptions {

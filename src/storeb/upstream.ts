@@ -3,7 +3,7 @@
  * API client: one request under a deadline, failures described without their URL, and the
  * `GOOGLE_API_ERROR` envelope (docs/integration.md, "Error codes").
  */
-import { ServiceError } from "../errors.ts";
+import { RelayError, ServiceError } from "../errors.ts";
 
 /** A whole upstream answer: status, headers and body text. */
 export interface UpstreamResponse {
@@ -17,13 +17,12 @@ export interface UpstreamResponse {
  * Its message never holds the URL, which carries the purchase token: purchase tokens are never
  * logged.
  */
-export class UpstreamUnreachable extends Error {
+export class UpstreamUnreachable extends RelayError {
   /** Whether the deadline passed (rather than the network failing). */
   readonly timedOut: boolean;
 
   constructor(timedOut: boolean, description: string) {
-    super(description);
-    this.name = "UpstreamUnreachable";
+    super("UPSTREAM_UNREACHABLE", description);
     this.timedOut = timedOut;
   }
 }
@@ -55,18 +54,6 @@ export function parseJsonBody(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/** Seconds to wait from a `Retry-After` header (delay-seconds or an HTTP date), or null. */
-export function retryAfterSeconds(header: string | null, now = Date.now()): number | null {
-  if (header === null) return null;
-  const text = header.trim();
-  if (/^\d+$/.test(text)) return Number(text);
-  // Every HTTP-date form starts with a day name; Date.parse alone would take "-5" as a year.
-  if (!/^[A-Za-z]{3}/.test(text)) return null;
-  const at = Date.parse(text);
-  if (Number.isNaN(at)) return null;
-  return Math.max(0, Math.ceil((at - now) / 1000));
 }
 
 /** Fields of a `GOOGLE_API_ERROR`. */

@@ -12,12 +12,9 @@ import {
   type ProductPurchase,
   type SubscriptionPurchase,
 } from "./purchase.ts";
-import {
-  googleApiError,
-  parseJsonBody,
-  retryAfterSeconds,
-  type UpstreamResponse,
-} from "./upstream.ts";
+import { googleApiError, parseJsonBody, type UpstreamResponse } from "./upstream.ts";
+import { objectOrEmpty } from "../json.ts";
+import { parseRetryAfterMs } from "../retry_after.ts";
 
 /** A store B verify request, as the route validated it. */
 export interface StorebVerifyInput {
@@ -134,7 +131,8 @@ export class StorebVerifier {
  */
 function quotaExceeded(answer: UpstreamResponse): ServiceError {
   const message = "the store B API quota of this service account is exceeded";
-  const seconds = retryAfterSeconds(answer.headers.get("retry-after"));
+  const waitMs = parseRetryAfterMs(answer.headers.get("retry-after"));
+  const seconds = waitMs === null ? null : waitMs / 1000;
   return rateLimited(
     `${message}; retry after ${seconds === null ? "the default wait" : "the time given"}`,
     seconds ?? UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
@@ -145,12 +143,7 @@ function quotaExceeded(answer: UpstreamResponse): ServiceError {
 /** 502 `GOOGLE_API_ERROR` for any other status, with Google's own error code when it sent one. */
 function unexpectedAnswer(answer: UpstreamResponse): ServiceError {
   const body = parseJsonBody(answer.text);
-  const error = typeof body === "object" && body !== null
-    ? (body as { error?: unknown }).error
-    : undefined;
-  const status = typeof error === "object" && error !== null
-    ? (error as { status?: unknown }).status
-    : undefined;
+  const status = objectOrEmpty(objectOrEmpty(body).error).status;
   const upstreamCode = typeof status === "string" ? status : null;
   return googleApiError(
     `the store B API answered HTTP ${answer.status}${upstreamCode ? ` (${upstreamCode})` : ""}`,

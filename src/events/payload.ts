@@ -2,7 +2,7 @@
  * The body of a delivery (docs/integration.md, "A delivery"), serialized once so that every attempt
  * sends the same bytes in the same key order and the signature covers exactly them.
  */
-import type { Subject } from "../events/catalog.ts";
+import type { Subject } from "./catalog.ts";
 
 /** Every field of a delivery body. */
 export interface DeliveryPayload {
