@@ -48,6 +48,7 @@ import {
   type Progress,
   readMemory,
   ROOT,
+  serviceEnvironment,
   servicePermissions,
   type Spread,
   spread,
@@ -296,7 +297,7 @@ function timeServiceBoot(
 ): Promise<Boot> {
   return timeBoot(
     ["run", ...servicePermissions(env), `${ROOT}/main.ts`, "serve"],
-    env,
+    { ...env, ...serviceEnvironment(env) },
     (records) => {
       const listening = records[records.length - 1];
       if (listening.database !== expect.engine) {

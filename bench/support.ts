@@ -12,7 +12,7 @@
  * @module
  */
 import postgres from "postgres";
-import { servicePermissions } from "../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
 
 /** The repository root, which children run in and take their scripts from. */
 export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(
@@ -20,7 +20,7 @@ export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pa
   "",
 );
 
-export { servicePermissions };
+export { serviceEnvironment, servicePermissions };
 
 const decoder = new TextDecoder();
 
@@ -363,7 +363,7 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
       `${ROOT}/main.ts`,
       "serve",
     ],
-    env: { ...options.env, PORT: "0", HOST: "127.0.0.1" },
+    env: { ...options.env, ...serviceEnvironment(options.env), PORT: "0", HOST: "127.0.0.1" },
     stdoutPath: `${prefix}service.out`,
     stderrPath: `${prefix}service.err`,
   });

@@ -10,7 +10,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import { servicePermissions } from "../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
 
 const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
@@ -34,6 +34,7 @@ async function launch(args: string[]): Promise<number> {
   }
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", ...permissions, MAIN, ...args],
+    env: serviceEnvironment(Deno.env.toObject()),
     // Its own process group: a terminal's Ctrl-C reaches this script, which passes it on once,
     // instead of reaching the service twice (a second signal during the drain ends it at once).
     detached: true,

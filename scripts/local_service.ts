@@ -7,7 +7,7 @@
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { servicePermissions } from "../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
 
 /** The checkout. */
 export const ROOT = fileURLToPath(new URL("../", import.meta.url));
@@ -93,7 +93,7 @@ export class ServiceProcess {
     this.#child = new Deno.Command(Deno.execPath(), {
       args: ["run", ...servicePermissions(env), MAIN, "serve"],
       cwd: ROOT,
-      env,
+      env: { ...env, ...serviceEnvironment(env) },
       clearEnv: true,
       stdin: "null",
       stdout: "piped",

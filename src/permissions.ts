@@ -89,6 +89,27 @@ export function servicePermissions(
 }
 
 /**
+ * glibc's malloc settings for a process of the embedded engine: blocks of 32 KB and more are
+ * mapped on their own and unmapped when freed. Unpacking a new database and compiling PGlite free
+ * tens of MB that glibc's heap would otherwise keep for the life of the process
+ * (docs/operations.md, "Embedded or PostgreSQL").
+ */
+export const EMBEDDED_MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=32768";
+
+/**
+ * Variables to add to the environment of `deno run main.ts ...` for the configuration in `env`:
+ * the embedded engine's malloc settings, unless the operator chose `GLIBC_TUNABLES` or the
+ * service runs on PostgreSQL (which keeps glibc's defaults). glibc reads them when the process
+ * starts, so they go to the child, not to the process that computes them.
+ */
+export function serviceEnvironment(
+  env: Record<string, string | undefined>,
+): Record<string, string> {
+  if (env.DATABASE_URL || env.GLIBC_TUNABLES !== undefined) return {};
+  return { GLIBC_TUNABLES: EMBEDDED_MALLOC_TUNABLES };
+}
+
+/**
  * The flags baked into the compiled executable, which cannot follow a configuration chosen when it
  * runs: the paths of {@linkcode EXECUTABLE_PATHS}. Its own files (the migrations, npm packages)
  * are inside it and readable without a flag.

@@ -9,11 +9,14 @@ import { CONFIG_VARIABLES, configVariables, readConfig } from "../src/config.ts"
 import { LIBCRYPTO_PATHS } from "../src/crypto/es256.ts";
 import { TEMPLATE_URL } from "../src/db/embedded_template.ts";
 import {
+  EMBEDDED_MALLOC_TUNABLES,
   EXECUTABLE_PATHS,
   executablePermissions,
   POSTGRES_CLIENT_VARIABLES,
+  serviceEnvironment,
   servicePermissions,
 } from "../src/permissions.ts";
+import { readProcFile } from "./helpers/service.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const MIGRATIONS = fileURLToPath(new URL("migrations/", ROOT));
@@ -229,6 +232,45 @@ Deno.test("permissions: deno task start and cli compute them; no task runs main.
   }
   for (const [name, line] of Object.entries(tasks)) {
     assert.doesNotMatch(line, /deno run[^&|;]* main\.ts/, `task ${name} runs main.ts itself`);
+  }
+});
+
+Deno.test("permissions: the embedded engine's process gets glibc's malloc settings", () => {
+  assert.deepEqual(serviceEnvironment({ DATA_DIR: "/srv/relay/state" }), {
+    GLIBC_TUNABLES: EMBEDDED_MALLOC_TUNABLES,
+  });
+  assert.deepEqual(serviceEnvironment({ DATABASE_URL: "postgres://db/relay" }), {}, "PostgreSQL");
+  assert.deepEqual(serviceEnvironment({ GLIBC_TUNABLES: "" }), {}, "the operator's choice");
+});
+
+Deno.test("permissions: deno task start gives the service process its malloc settings", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "purchase-relay-launch-" });
+  const launcher = new Deno.Command(Deno.execPath(), {
+    args: ["run", "--allow-env", `--allow-run=${Deno.execPath()}`, "scripts/launch.ts", "serve"],
+    cwd: fileURLToPath(ROOT),
+    env: { PATH: Deno.env.get("PATH") ?? "", DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" },
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  try {
+    const reader = launcher.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    for (let text = ""; !text.includes('"listening"');) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the service exited before listening");
+      text += value;
+    }
+    reader.releaseLock();
+    launcher.stdout.cancel().catch(() => {});
+    const children = (await readProcFile(launcher.pid, `task/${launcher.pid}/children`))
+      .trim().split(" ");
+    assert.equal(children.length, 1);
+    const environ = (await readProcFile(Number(children[0]), "environ")).split("\0");
+    assert.ok(environ.includes(`GLIBC_TUNABLES=${EMBEDDED_MALLOC_TUNABLES}`), environ.join(" "));
+  } finally {
+    launcher.kill("SIGTERM");
+    await launcher.status;
+    await Deno.remove(dataDir, { recursive: true });
   }
 });
 

@@ -5,7 +5,7 @@
  */
 import postgres from "postgres";
 import { join } from "node:path";
-import { servicePermissions } from "../../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../../src/permissions.ts";
 import { migrate } from "../../src/db/migrate.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -148,7 +148,7 @@ export async function runCli(
 ): Promise<CliResult> {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", ...servicePermissions(baseEnv(env), args), join(ROOT, "main.ts"), ...args],
-    env: baseEnv(env),
+    env: { ...baseEnv(env), ...serviceEnvironment(baseEnv(env)) },
     clearEnv: true,
     stdin: input.stdin === undefined ? "null" : "piped",
     stdout: "piped",
@@ -237,7 +237,7 @@ export async function startService(options: StartOptions = {}): Promise<RunningS
     : options.permissions ?? computed;
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", ...permissions, join(ROOT, "main.ts"), "serve"],
-    env: baseEnv(env),
+    env: { ...baseEnv(env), ...serviceEnvironment(baseEnv(env)) },
     clearEnv: true,
     stdout: "piped",
     stderr: "piped",
