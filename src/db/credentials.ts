@@ -87,30 +87,22 @@ export async function loadCredentials(
   box: SecretBox,
   tenantId: string,
 ): Promise<TenantCredentials> {
-  const [a] = await sql`SELECT * FROM storea_credentials WHERE tenant_id = ${tenantId}`;
-  const [b] = await sql`SELECT * FROM storeb_credentials WHERE tenant_id = ${tenantId}`;
+  const { a, b } = await credentialRows(sql, tenantId);
   return {
     storea: a
       ? {
-        bundleId: a.bundle_id,
-        keyId: a.key_id,
-        issuerId: a.issuer_id,
+        ...storeaFields(a),
         privateKeyPem: await box.open("storea-private-key", tenantId, a.private_key_sealed),
-        environment: a.environment,
-        appId: a.app_id === null ? null : Number(a.app_id),
       }
       : null,
     storeb: b
       ? {
-        packageName: b.package_name,
-        clientEmail: b.client_email,
+        ...storebFields(b),
         serviceAccountJson: await box.open(
           "storeb-service-account",
           tenantId,
           b.service_account_sealed,
         ),
-        pushAudience: b.push_audience,
-        pushServiceAccount: b.push_service_account,
       }
       : null,
   };
@@ -121,29 +113,46 @@ export async function describeCredentials(
   sql: Sql,
   tenantId: string,
 ): Promise<Record<string, unknown>> {
-  const [a] = await sql`SELECT * FROM storea_credentials WHERE tenant_id = ${tenantId}`;
-  const [b] = await sql`SELECT * FROM storeb_credentials WHERE tenant_id = ${tenantId}`;
+  const { a, b } = await credentialRows(sql, tenantId);
   return {
-    storea: a
-      ? {
-        bundleId: a.bundle_id,
-        keyId: a.key_id,
-        issuerId: a.issuer_id,
-        environment: a.environment,
-        appId: a.app_id === null ? null : Number(a.app_id),
-        updatedAt: new Date(a.updated_at).toISOString(),
-      }
-      : null,
+    storea: a ? { ...storeaFields(a), updatedAt: new Date(a.updated_at).toISOString() } : null,
     storeb: b
       ? {
-        packageName: b.package_name,
-        clientEmail: b.client_email,
-        pushAudience: b.push_audience,
-        pushServiceAccount: b.push_service_account,
+        ...storebFields(b),
         updatedAt: new Date(b.updated_at).toISOString(),
         ...(b.push_service_account === null ? MISSING_PUSH_SERVICE_ACCOUNT : {}),
       }
       : null,
+  };
+}
+
+/** A tenant's rows of both credential tables, each undefined when it has none. */
+async function credentialRows(sql: Sql, tenantId: string) {
+  const [a] = await sql`SELECT * FROM storea_credentials WHERE tenant_id = ${tenantId}`;
+  const [b] = await sql`SELECT * FROM storeb_credentials WHERE tenant_id = ${tenantId}`;
+  return { a, b };
+}
+
+/** The fields of a store A credentials row that are not secret. */
+function storeaFields(row: Record<string, unknown>): Omit<StoreaCredentials, "privateKeyPem"> {
+  return {
+    bundleId: row.bundle_id as string,
+    keyId: row.key_id as string,
+    issuerId: row.issuer_id as string,
+    environment: row.environment as StoreaEnvironment,
+    appId: row.app_id === null ? null : Number(row.app_id),
+  };
+}
+
+/** The fields of a store B credentials row that are not secret. */
+function storebFields(
+  row: Record<string, unknown>,
+): Omit<StorebCredentials, "serviceAccountJson"> {
+  return {
+    packageName: row.package_name as string,
+    clientEmail: row.client_email as string,
+    pushAudience: row.push_audience as string,
+    pushServiceAccount: row.push_service_account as string | null,
   };
 }
 
