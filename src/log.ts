@@ -7,6 +7,7 @@
  * and synchronously for `fatal` lines and on shutdown, so nothing is held back for long.
  */
 import type { LogLevel } from "./config.ts";
+import { traceFields } from "./telemetry.ts";
 
 /** A level a record can carry; `fatal` always prints. */
 export type RecordLevel = LogLevel | "fatal";
@@ -73,7 +74,13 @@ export class Logger {
 
   log(level: RecordLevel, msg: string, fields?: Record<string, unknown>): void {
     if (RANK[level] < this.#minimum) return;
-    const head = `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`;
+    // With telemetry on, a line written inside a span names it (docs/operations.md, "Telemetry").
+    const ids = traceFields();
+    const head = ids === null
+      ? `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`
+      : `{"ts":"${this.#timestamp()}","level":"${level}","msg":${
+        JSON.stringify(msg)
+      },"trace_id":"${ids.trace_id}","span_id":"${ids.span_id}"`;
     const tail = fields === undefined ? "" : JSON.stringify(fields).slice(1, -1);
     this.#pending += tail === "" ? `${head}}\n` : `${head},${tail}}\n`;
     if (this.#pending.length >= FLUSH_BYTES) {

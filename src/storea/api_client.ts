@@ -6,6 +6,7 @@
 import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
+import { ATTR, withSpan } from "../telemetry.ts";
 
 /** The two App Store environments, lower-case as in the verify API. */
 export type StoreaEnvironmentName = "production" | "sandbox";
@@ -49,7 +50,22 @@ export class StoreaApiClient {
    * Looks `transactionId` up in `environment`. Throws the verify endpoint's errors: 429
    * `RATE_LIMITED`, 502 `APPLE_API_ERROR`.
    */
-  async getTransactionInfo(
+  getTransactionInfo(
+    credentials: StoreaCredentials,
+    transactionId: string,
+    options: { environment: StoreaEnvironmentName; signal: AbortSignal },
+  ): Promise<TransactionLookup> {
+    return withSpan("purchase_relay.storea.get_transaction", {
+      [ATTR.store]: "storea",
+      "purchase_relay.environment": options.environment,
+    }, async (span) => {
+      const lookup = await this.#lookUp(credentials, transactionId, options);
+      span?.setAttribute(ATTR.outcome, lookup.kind);
+      return lookup;
+    });
+  }
+
+  async #lookUp(
     credentials: StoreaCredentials,
     transactionId: string,
     options: { environment: StoreaEnvironmentName; signal: AbortSignal },

@@ -15,6 +15,7 @@
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
 import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
+import { recordCacheLookup } from "../telemetry.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -122,6 +123,7 @@ export class StoreaJwsVerifier {
 
     // The signature first: a chain is checked, and cached, only for a leaf that just signed.
     const cached = this.#chains.get(digest);
+    recordCacheLookup("storea_chains", cached !== undefined);
     let leaf: pkijs.Certificate | undefined;
     let leafKey: Es256VerifyingKey;
     if (cached) {
