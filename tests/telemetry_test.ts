@@ -289,6 +289,7 @@ Deno.test("telemetry: spans, metrics and log ids reach an OTLP receiver, secrets
       "purchase_relay.outcome": "delivered",
     });
     assert.ok(attempt);
+    assert.equal(attempt.attrs["http.response.status_code"], 200);
     assert.ok(findSpan(spans, "purchase_relay.delivery.claim"));
     // The callback request under the attempt: its URL keeps neither the secret path nor query.
     const callback = spans.find((s) => s.parentSpanId === attempt.spanId && s.scope === "deno");

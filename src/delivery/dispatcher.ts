@@ -173,23 +173,27 @@ export class Dispatcher {
       [ATTR.deliveryId]: delivery.id,
       [ATTR.attempt]: delivery.attempts + 1,
     }, async (span) => {
-      const outcome = await this.#attemptOnce(delivery);
+      const { outcome, responseCode } = await this.#attemptOnce(delivery);
       span?.setAttribute(ATTR.outcome, outcome);
+      if (responseCode !== null) span?.setAttribute("http.response.status_code", responseCode);
       recordDeliveryAttempt(delivery.tenantId, delivery.event, outcome, delivery.receivedAt);
     });
   }
 
   /**
    * One attempt, recorded; returns its outcome for telemetry: `delivered`, `retry`, `failed`,
-   * `lease_lost` (recorded too late: another process has it), or `released` (tenant inactive).
+   * `lease_lost` (recorded too late: another process has it), or `released` (tenant inactive);
+   * and the callback's HTTP status, if it answered.
    */
-  async #attemptOnce(delivery: ClaimedDelivery): Promise<string> {
+  async #attemptOnce(
+    delivery: ClaimedDelivery,
+  ): Promise<{ outcome: string; responseCode: number | null }> {
     const { sql, box, log } = this.#options;
     const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
     if (target === null || !target.active) {
       // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
       await releaseClaim(sql, delivery.id, this.owner);
-      return "released";
+      return { outcome: "released", responseCode: null };
     }
     const result: AttemptResult = target.callbackUrl === null ? noCallback() : await sendDelivery({
       callbackUrl: target.callbackUrl,
@@ -225,8 +229,12 @@ export class Dispatcher {
     else log.info("delivery_attempt", fields);
     this.#logCallbackHealth(delivery.tenantId, recorded);
     if (verdict.status === "pending") this.#wakeAt(verdict.nextAttemptAt.getTime());
-    if (!recorded.kept) return "lease_lost";
-    return verdict.status === "pending" ? "retry" : verdict.status;
+    const outcome = !recorded.kept
+      ? "lease_lost"
+      : verdict.status === "pending"
+      ? "retry"
+      : verdict.status;
+    return { outcome, responseCode: result.responseCode };
   }
 
   /** Says when a tenant's callback starts failing (one delivery at a time) and recovers. */
