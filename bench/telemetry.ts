@@ -4,9 +4,12 @@
  * exporting (the default `http/protobuf`) to an OTLP sink on loopback that this process runs and
  * that answers every export at once (docs/operations.md, "Telemetry").
  *
- * As bench/health.ts: the service is pinned to one core, `wrk` to the other; off and on run in
+ * Also with 1% of traces sampled, and the bare `Deno.serve` of bench/bare_health_server.ts off and
+ * on, which tells how much of the cost is the runtime's own instrumentation of every request.
+ *
+ * As bench/health.ts: the server is pinned to one core, `wrk` to the other; the variants run in
  * `rounds` (3) interleaved rounds, each a fresh process, and each figure is the median of the
- * rounds, the ratio the median of the rounds' ratios.
+ * rounds, each ratio (against the same server with telemetry off) the median of the rounds'.
  *
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/telemetry.ts
  *
@@ -25,6 +28,7 @@ import {
   parseWrk,
   productionServiceEnv,
   runWrk,
+  startBaseline,
   startService,
   stop,
   writeProgress,
@@ -35,16 +39,23 @@ interface Run extends WrkFigures {
   name: string;
 }
 
+/** A variant: its name, its extra environment, and whether it is the bare `Deno.serve`. */
+type Variant = [name: string, env: Record<string, string>, bare: boolean];
+
 async function measure(
-  name: string,
-  extraEnv: Record<string, string>,
+  [name, extraEnv, bare]: Variant,
   settings: ReturnType<typeof loadSettings>,
 ): Promise<Run> {
   const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-otel-" });
-  const server = await startService(`${tmp}/`, {
-    core: settings.serverCore,
-    env: await productionServiceEnv(tmp, extraEnv),
-  });
+  const server = bare
+    ? await startBaseline("bench/bare_health_server.ts", `${tmp}/`, {
+      core: settings.serverCore,
+      env: extraEnv,
+    })
+    : await startService(`${tmp}/`, {
+      core: settings.serverCore,
+      env: await productionServiceEnv(tmp, extraEnv),
+    });
   try {
     const url = `${server.url}/health`;
     writeProgress(`${name}: warming up ${settings.warmupSeconds} s`);
@@ -84,21 +95,23 @@ if (import.meta.main) {
     OTEL_SERVICE_NAME: "purchase-relay-bench",
     OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${sink.addr.port}`,
   };
-  const variants: [string, Record<string, string>][] = [
-    ["telemetry off", {}],
-    ["telemetry on (OTLP to loopback)", on],
+  const variants: Variant[] = [
+    ["telemetry off", {}, false],
+    ["telemetry on (OTLP to loopback)", on, false],
     ["telemetry on, 1% of traces sampled", {
       ...on,
       OTEL_TRACES_SAMPLER: "parentbased_traceidratio",
       OTEL_TRACES_SAMPLER_ARG: "0.01",
-    }],
+    }, false],
+    ["bare Deno.serve, telemetry off", {}, true],
+    ["bare Deno.serve, telemetry on", on, true],
   ];
   const runs: Run[][] = [];
   try {
     for (let round = 1; round <= rounds; round++) {
       writeProgress(`round ${round} of ${rounds}`);
       const row: Run[] = [];
-      for (const [name, env] of variants) row.push(await measure(name, env, settings));
+      for (const variant of variants) row.push(await measure(variant, settings));
       runs.push(row);
     }
   } finally {
@@ -106,7 +119,9 @@ if (import.meta.main) {
   }
   const rows = variants.map(([name], i) => {
     const of = (pick: (run: Run) => number) => median(runs.map((row) => pick(row[i])));
-    const ratio = median(runs.map((row) => row[i].requestsPerSecond / row[0].requestsPerSecond));
+    // Each against its own "off": the service's first variant, the bare server's fourth.
+    const base = variants[i][2] ? 3 : 0;
+    const ratio = median(runs.map((row) => row[i].requestsPerSecond / row[base].requestsPerSecond));
     return {
       name,
       requestsPerSecond: of((r) => r.requestsPerSecond),
