@@ -169,6 +169,7 @@ Deno.test("telemetry: spans, metrics and log ids reach an OTLP receiver, secrets
         OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
         OTEL_METRIC_EXPORT_INTERVAL: "500",
         OTEL_BSP_SCHEDULE_DELAY: "200",
+        OTEL_BLRP_SCHEDULE_DELAY: "200",
       },
     });
     const { tenantId, secret: webhookSecret } = await createTenantWithCallback(
@@ -339,6 +340,28 @@ Deno.test("telemetry: spans, metrics and log ids reach an OTLP receiver, secrets
     assert.ok(attemptLine);
     assert.equal(attemptLine.trace_id, attempt.traceId);
     assert.equal(attemptLine.span_id, attempt.spanId);
+
+    // The same lines as OTLP log records, with the ids of their span.
+    const logRecords = () =>
+      otlp.exports.filter((e) => e.path === "/v1/logs").flatMap((e) =>
+        // deno-lint-ignore no-explicit-any
+        e.json.resourceLogs.flatMap((r: any) =>
+          // deno-lint-ignore no-explicit-any
+          r.scopeLogs.flatMap((s: any) => s.logRecords)
+        )
+      );
+    const verifyRecord = await eventually(
+      () =>
+        logRecords().find((r) => {
+          const body = String(r.body?.stringValue ?? "");
+          return body.includes('"msg":"http_request"') &&
+            body.includes('"path":"/v1/storeb/verify"');
+        }),
+      10_000,
+      "the verify's http_request log record",
+    );
+    assert.equal(verifyRecord.traceId, request.traceId);
+    assert.equal(verifyRecord.spanId, request.spanId);
 
     // No secret anywhere in what was exported.
     const everything = otlp.exports.map((e) => e.text).join("\n");
