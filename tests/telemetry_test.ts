@@ -292,6 +292,11 @@ Deno.test("telemetry: spans, metrics and log ids reach an OTLP receiver, secrets
     assert.ok(attempt);
     assert.equal(attempt.attrs["http.response.status_code"], 200);
     assert.ok(findSpan(spans, "purchase_relay.delivery.claim"));
+    const record = findSpan(spans, "purchase_relay.delivery.record", {
+      "purchase_relay.delivery_id": attempt.attrs["purchase_relay.delivery_id"],
+    });
+    assert.ok(record);
+    assert.equal(record.parentSpanId, attempt.spanId);
     // The callback request under the attempt: its URL keeps neither the secret path nor query.
     const callback = spans.find((s) => s.parentSpanId === attempt.spanId && s.scope === "deno");
     assert.ok(callback, "no node:http span under the attempt");

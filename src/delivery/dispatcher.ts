@@ -208,11 +208,11 @@ export class Dispatcher {
       connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
-    const recorded = await recordAttempt(sql, delivery.id, {
-      owner: this.owner,
-      result,
-      verdict,
-    });
+    const recorded = await withSpan(
+      "purchase_relay.delivery.record",
+      { [ATTR.deliveryId]: delivery.id },
+      () => recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict }),
+    );
     const fields = {
       deliveryId: delivery.id,
       eventId: delivery.eventId,
