@@ -74,6 +74,7 @@ const cacheLookups: Counter = meter.createCounter(`${PREFIX}.cache.lookups`, {
 
 /** One answered request: the route's name from src/api/mod.ts, or `none` when no route matched. */
 export function recordRequest(route: string, method: string, status: number): void {
+  if (!telemetryEnabled) return;
   requests.add(1, {
     [ATTR.route]: route,
     "http.request.method": method,
@@ -102,6 +103,7 @@ export function tagRequestTenant(tenantId: string | null): void {
 
 /** One verify request's outcome: `valid`, the domain failure code, or the error code. */
 export function recordVerifyOutcome(store: string, outcome: string): void {
+  if (!telemetryEnabled) return;
   verifyOutcomes.add(1, { [ATTR.store]: store, [ATTR.outcome]: outcome });
 }
 
@@ -112,6 +114,7 @@ export function recordNotification(
   event: string,
   isNew: boolean,
 ): void {
+  if (!telemetryEnabled) return;
   notifications.add(1, {
     [ATTR.tenant]: tenantId,
     [ATTR.store]: store,
@@ -127,6 +130,7 @@ export function recordDeliveryAttempt(
   outcome: string,
   receivedAt: Date,
 ): void {
+  if (!telemetryEnabled) return;
   deliveryAttempts.add(1, {
     [ATTR.tenant]: tenantId,
     [ATTR.event]: event,
