@@ -38,10 +38,13 @@ import { PruneJob } from "./retention/job.ts";
 import { ingestNotification } from "./events/ingest.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
-import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
+import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
+import { observeBacklog, redactRuntimeUrls } from "./telemetry.ts";
 
 /** Credential and tenant changes reach the verify and receive paths within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
+/** How long the backlog gauge reuses its count: at most one count query per period. */
+const BACKLOG_MAX_AGE_MS = 15_000;
 
 /** The service, built and running its background work, but not yet listening. */
 export interface App extends AsyncDisposable {
@@ -119,12 +122,14 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
     ttlMs: CREDENTIALS_TTL_MS,
+    name: "credentials",
   });
   // Receivers look up the tenant named in the URL, which anyone can make up: a LookupCache
   // (src/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
   // Activation takes effect within the TTL.
   const tenants = new LookupCache((ids) => findTenants(db.sql, ids), {
     ttlMs: CREDENTIALS_TTL_MS,
+    name: "tenants",
   });
   const router = new Router(apiRoutes({
     version: config.version,
@@ -161,6 +166,8 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     ingest: ingestNotification.bind(null, db.sql),
     onEnqueued: () => dispatcher.kick(),
   }));
+  // Deno's spans keep the URL path only for the service's own routes (src/telemetry.ts).
+  redactRuntimeUrls((path) => router.match("GET", path).kind !== "not_found");
   const inFlight = new InFlight();
   const handler = createRequestHandler({
     router,
@@ -318,6 +325,7 @@ async function startDispatcher(
     callbackPolicy: callbackPolicyOf(config),
   });
   stack.defer(() => dispatcher.stop());
+  stack.defer(observeBacklog(() => countBacklog(db.sql), BACKLOG_MAX_AGE_MS));
   const sweeps = new AbortController();
   stack.defer(() => sweeps.abort());
   await db.listen(DELIVERY_QUEUE_CHANNEL, () => dispatcher.kick());

@@ -15,6 +15,8 @@
  * - Concurrent callers of one key share one load; a failed load caches nothing.
  */
 
+import { recordCacheLookup } from "./telemetry.ts";
+
 /** Loads the values of `keys`; a key missing from the result is absent. */
 export type BatchLoader<T> = (keys: string[]) => Promise<Map<string, T>>;
 
@@ -45,6 +47,8 @@ export interface LookupCacheOptions {
   batchIntervalMs?: number;
   /** Unknown keys looked up in one batch at most; 1,000 by default. */
   batchLimit?: number;
+  /** The cache's name in the hit and miss counts of telemetry (src/telemetry.ts). */
+  name?: string;
 }
 
 interface FoundEntry<T> {
@@ -69,6 +73,7 @@ export class LookupCache<T> {
   #batchRunning = false;
   #batchTimer: ReturnType<typeof setTimeout> | undefined;
   #lastBatchAt = -Infinity;
+  #name: string;
 
   constructor(load: BatchLoader<T>, options: LookupCacheOptions) {
     this.#load = load;
@@ -77,6 +82,7 @@ export class LookupCache<T> {
     this.#absentLimit = options.absentLimit ?? 10_000;
     this.#batchIntervalMs = options.batchIntervalMs ?? 20;
     this.#batchLimit = options.batchLimit ?? 1_000;
+    this.#name = options.name ?? "lookup";
   }
 
   /** The value of `key`, `null` when absent: from the cache, a shared load, or the next batch. */
@@ -86,10 +92,15 @@ export class LookupCache<T> {
     if (found && found.expiresAt > now) {
       this.#found.delete(key);
       this.#found.set(key, found);
+      recordCacheLookup(this.#name, true);
       return Promise.resolve(found.value);
     }
     const absentUntil = this.#absent.get(key);
-    if (absentUntil !== undefined && absentUntil > now) return Promise.resolve(null);
+    if (absentUntil !== undefined && absentUntil > now) {
+      recordCacheLookup(this.#name, true);
+      return Promise.resolve(null);
+    }
+    recordCacheLookup(this.#name, false);
     const pending = this.#loading.get(key);
     if (pending) return pending;
 

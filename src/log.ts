@@ -7,6 +7,7 @@
  * and synchronously for `fatal` lines and on shutdown, so nothing is held back for long.
  */
 import type { LogLevel } from "./config.ts";
+import { telemetryEnabled, traceFields } from "./telemetry.ts";
 
 /** A level a record can carry; `fatal` always prints. */
 export type RecordLevel = LogLevel | "fatal";
@@ -35,11 +36,18 @@ export class Logger {
   // and toISOString is the largest part of building a line.
   #stampMs = -1;
   #stamp = "";
+  /**
+   * With telemetry on, standard output lines go out one by one through `console.log`, which Deno
+   * also exports as OTLP log records carrying the active span's ids (docs/operations.md,
+   * "Logs and traces together"). The line printed is the same.
+   */
+  #throughConsole: boolean;
 
   constructor(options: LoggerOptions = {}) {
     this.#minimum = RANK[options.level ?? "info"];
     this.#production = options.production ?? false;
     this.#write = options.write ?? writeStdout;
+    this.#throughConsole = telemetryEnabled && options.write === undefined;
   }
 
   /** Changes level and mode once the configuration is known. */
@@ -73,8 +81,22 @@ export class Logger {
 
   log(level: RecordLevel, msg: string, fields?: Record<string, unknown>): void {
     if (RANK[level] < this.#minimum) return;
-    const head = `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`;
+    // With telemetry on, a line written inside a span names it (docs/operations.md, "Telemetry").
+    const ids = traceFields();
+    const head = ids === null
+      ? `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`
+      : `{"ts":"${this.#timestamp()}","level":"${level}","msg":${
+        JSON.stringify(msg)
+      },"trace_id":"${ids.trace_id}","span_id":"${ids.span_id}"`;
     const tail = fields === undefined ? "" : JSON.stringify(fields).slice(1, -1);
+    if (this.#throughConsole) {
+      try {
+        console.log(tail === "" ? `${head}}` : `${head},${tail}}`);
+      } catch {
+        // stdout closed: nothing more we can do with a log line
+      }
+      return;
+    }
     this.#pending += tail === "" ? `${head}}\n` : `${head},${tail}}\n`;
     if (this.#pending.length >= FLUSH_BYTES) {
       this.flush();

@@ -134,7 +134,8 @@ function permissionFlags(scope: Scope): string[] {
     `--allow-env=${variables.join(",")}`,
     // Any other variable reads as unset instead of failing: libraries look up optional ones
     // (npm:postgres reads PGSSL, PGAPPNAME...). The runtime reads its own (DENO_*, OTEL_*,
-    // HTTPS_PROXY...) before any permission applies.
+    // HTTPS_PROXY...) before any permission applies, so telemetry needs no entry here
+    // (docs/operations.md, "Turning it on").
     "--ignore-env",
     ...pathFlag("--allow-read", scope.reads),
     ...pathFlag("--allow-write", scope.writes),

@@ -70,7 +70,8 @@ export type EndpointName = typeof ENDPOINTS[number]["name"];
 
 /** The routes of every endpoint, with handlers built from `deps`. */
 export function apiRoutes(deps: ApiDeps): Route[] {
-  return ENDPOINTS.map(({ method, pattern, handler }) => ({
+  return ENDPOINTS.map(({ name, method, pattern, handler }) => ({
+    name,
     method,
     pattern,
     handler: handler(deps),

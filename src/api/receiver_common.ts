@@ -6,6 +6,7 @@ import type { TenantCredentials } from "../db/credentials.ts";
 import type { Tenant } from "../db/tenants.ts";
 import type { Receipt, VerifiedNotification } from "../events/ingest.ts";
 import type { Logger } from "../log.ts";
+import { ATTR, recordNotification, withSpan } from "../telemetry.ts";
 
 /** What the receivers need. */
 export interface ReceiverDeps {
@@ -35,7 +36,18 @@ export async function receiptResponse(
       throw invalidRequest(`the notification's ${what} holds a NUL or an unpaired surrogate`);
     }
   }
-  const receipt = await deps.ingest(notification);
+  const { tenantId, source, entry } = notification;
+  const receipt = await withSpan("purchase_relay.ingest", {
+    [ATTR.tenant]: tenantId,
+    [ATTR.store]: source,
+    [ATTR.event]: entry.event,
+  }, async (span) => {
+    const receipt = await deps.ingest(notification);
+    span?.setAttribute(ATTR.outcome, receipt.isNew ? "accepted" : "duplicate");
+    span?.setAttribute(ATTR.eventId, receipt.eventId);
+    return receipt;
+  });
+  recordNotification(tenantId, source, entry.event, receipt.isNew);
   if (receipt.enqueuedDelivery) deps.onEnqueued();
   deps.log.info("notification_received", {
     reqId: context.reqId,

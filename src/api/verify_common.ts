@@ -13,6 +13,8 @@ import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
 import type { SingleFlight } from "../single_flight.ts";
 import type { ValidationAudit } from "../audit/validation_audit.ts";
+import type { Span } from "@opentelemetry/api";
+import { ATTR, recordVerifyOutcome, withSpan } from "../telemetry.ts";
 
 /**
  * A request field that becomes a path segment of the store's URL: `min` to `max` characters of
@@ -111,20 +113,36 @@ function credentialsMissing(store: Store): ServiceError {
  * Runs `verify`, shared with identical requests already in flight (one store call for all), and
  * records the outcome in the validation audit, failures included.
  */
-export async function runVerification<T extends VerifyOutcomeSummary>(
+export function runVerification<T extends VerifyOutcomeSummary>(
   deps: VerifyDeps,
   key: VerificationKey,
   verify: () => Promise<T>,
 ): Promise<T> {
-  const started = performance.now();
   const flightKey = `${key.store}\0${key.tenantId}\0${key.variant}\0${key.subject}`;
+  return withSpan("purchase_relay.verify", {
+    [ATTR.tenant]: key.tenantId,
+    [ATTR.store]: key.store,
+  }, (span) => verifyAndRecord(deps, key, flightKey, verify, span));
+}
+
+async function verifyAndRecord<T extends VerifyOutcomeSummary>(
+  deps: VerifyDeps,
+  key: VerificationKey,
+  flightKey: string,
+  verify: () => Promise<T>,
+  span: Span | null,
+): Promise<T> {
+  const started = performance.now();
   try {
     const outcome = await deps.flights.run(flightKey, verify);
+    const code = outcome.valid ? "valid" : outcome.error ?? "invalid";
+    span?.setAttribute(ATTR.outcome, code);
+    recordVerifyOutcome(key.store, code);
     deps.audit?.record({
       tenantId: key.tenantId,
       store: key.store,
       subject: key.subject,
-      outcome: outcome.valid ? "valid" : outcome.error ?? "invalid",
+      outcome: code,
       upstreamStatus: outcome.upstreamStatus,
       latencyMs: performance.now() - started,
     });
@@ -133,11 +151,14 @@ export async function runVerification<T extends VerifyOutcomeSummary>(
     const status = error instanceof ServiceError
       ? error.upstreamStatus ?? error.details?.status
       : null;
+    const code = error instanceof ServiceError ? error.code : "INTERNAL_ERROR";
+    span?.setAttribute(ATTR.outcome, code);
+    recordVerifyOutcome(key.store, code);
     deps.audit?.record({
       tenantId: key.tenantId,
       store: key.store,
       subject: key.subject,
-      outcome: error instanceof ServiceError ? error.code : "INTERNAL_ERROR",
+      outcome: code,
       upstreamStatus: typeof status === "number" ? status : null,
       latencyMs: performance.now() - started,
     });

@@ -36,6 +36,7 @@ export class Authenticator {
     this.#sql = sql;
     this.#owners = new LookupCache((hashes) => findKeyOwners(sql, hashes), {
       ttlMs: KEY_CACHE_TTL_MS,
+      name: "api_keys",
     });
     this.#onFlushError = options.onFlushError ?? (() => {});
   }

@@ -35,6 +35,7 @@ import {
 import { sendDelivery } from "./sender.ts";
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { CallbackConnections } from "./callback_client.ts";
+import { ATTR, recordDeliveryAttempt, withSpan } from "../telemetry.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
@@ -134,11 +135,15 @@ export class Dispatcher {
     while (!this.#stopped) {
       const free = this.#options.concurrency - this.#inFlight.size;
       if (free <= 0) return; // a finishing attempt pumps again
-      const claimed = await claimDueDeliveries(this.#options.sql, {
-        owner: this.owner,
-        limit: free,
-        leaseMs: this.#leaseMs,
-        tenantCap: this.#options.tenantConcurrency,
+      const claimed = await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
+        const claimed = await claimDueDeliveries(this.#options.sql, {
+          owner: this.owner,
+          limit: free,
+          leaseMs: this.#leaseMs,
+          tenantCap: this.#options.tenantConcurrency,
+        });
+        span?.setAttribute("purchase_relay.claimed", claimed.length);
+        return claimed;
       });
       for (const delivery of claimed) this.#start(delivery);
       if (claimed.length < free) return;
@@ -160,13 +165,35 @@ export class Dispatcher {
     this.#inFlight.add(attempt);
   }
 
-  async #attempt(delivery: ClaimedDelivery): Promise<void> {
+  #attempt(delivery: ClaimedDelivery): Promise<void> {
+    return withSpan("purchase_relay.delivery.attempt", {
+      [ATTR.tenant]: delivery.tenantId,
+      [ATTR.event]: delivery.event,
+      [ATTR.eventId]: delivery.eventId,
+      [ATTR.deliveryId]: delivery.id,
+      [ATTR.attempt]: delivery.attempts + 1,
+    }, async (span) => {
+      const { outcome, responseCode } = await this.#attemptOnce(delivery);
+      span?.setAttribute(ATTR.outcome, outcome);
+      if (responseCode !== null) span?.setAttribute("http.response.status_code", responseCode);
+      recordDeliveryAttempt(delivery.tenantId, delivery.event, outcome, delivery.receivedAt);
+    });
+  }
+
+  /**
+   * One attempt, recorded; returns its outcome for telemetry: `delivered`, `retry`, `failed`,
+   * `lease_lost` (recorded too late: another process has it), or `released` (tenant inactive);
+   * and the callback's HTTP status, if it answered.
+   */
+  async #attemptOnce(
+    delivery: ClaimedDelivery,
+  ): Promise<{ outcome: string; responseCode: number | null }> {
     const { sql, box, log } = this.#options;
     const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
     if (target === null || !target.active) {
       // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
       await releaseClaim(sql, delivery.id, this.owner);
-      return;
+      return { outcome: "released", responseCode: null };
     }
     const result: AttemptResult = target.callbackUrl === null ? noCallback() : await sendDelivery({
       callbackUrl: target.callbackUrl,
@@ -181,11 +208,11 @@ export class Dispatcher {
       connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
-    const recorded = await recordAttempt(sql, delivery.id, {
-      owner: this.owner,
-      result,
-      verdict,
-    });
+    const recorded = await withSpan(
+      "purchase_relay.delivery.record",
+      { [ATTR.deliveryId]: delivery.id },
+      () => recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict }),
+    );
     const fields = {
       deliveryId: delivery.id,
       eventId: delivery.eventId,
@@ -202,6 +229,12 @@ export class Dispatcher {
     else log.info("delivery_attempt", fields);
     this.#logCallbackHealth(delivery.tenantId, recorded);
     if (verdict.status === "pending") this.#wakeAt(verdict.nextAttemptAt.getTime());
+    const outcome = !recorded.kept
+      ? "lease_lost"
+      : verdict.status === "pending"
+      ? "retry"
+      : verdict.status;
+    return { outcome, responseCode: result.responseCode };
   }
 
   /** Says when a tenant's callback starts failing (one delivery at a time) and recovers. */

@@ -28,6 +28,8 @@ export interface ClaimedDelivery {
   attempts: number;
   /** The JSON body to send. */
   payload: string;
+  /** When the notification was received, for the delivery lag. */
+  receivedAt: Date;
 }
 
 /** What one attempt produced. */
@@ -125,7 +127,7 @@ export async function claimDueDeliveries(
         lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
     FROM chosen, events e
     WHERE d.id = chosen.id AND e.id = d.event_id
-    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload`;
+    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at`;
   return rows.map((row) => ({
     id: row.id,
     eventId: row.event_id,
@@ -133,7 +135,22 @@ export async function claimDueDeliveries(
     event: row.event,
     attempts: row.attempts,
     payload: row.payload,
+    receivedAt: new Date(row.received_at),
   }));
+}
+
+/**
+ * The deliveries waiting, for the backlog gauge: all pending ones, and those already due. It
+ * reads the pending deliveries' partial index, so it costs in proportion to the backlog; the
+ * gauge reuses its answer (docs/operations.md, "Telemetry").
+ */
+export async function countBacklog(sql: Sql): Promise<{ pending: number; due: number }> {
+  const [row] = await sql`
+    SELECT count(*)::int AS pending,
+           (count(*) FILTER (WHERE next_attempt_at <= now()))::int AS due
+    FROM deliveries
+    WHERE status = 'pending'`;
+  return { pending: row.pending, due: row.due };
 }
 
 /**

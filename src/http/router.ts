@@ -18,6 +18,8 @@ export type Handler = (request: Request, context: RequestContext) => Promise<Res
 
 /** A route: a method, a pattern such as `/v1/webhooks/storea/:tenantId`, and its handler. */
 export interface Route {
+  /** The endpoint's name in src/api/mod.ts, for metrics and span names. */
+  name?: string;
   method: string;
   pattern: string;
   handler: Handler;
@@ -25,7 +27,7 @@ export interface Route {
 
 /** The outcome of {@linkcode Router.match}. */
 export type RouteMatch =
-  | { kind: "found"; handler: Handler; params: Record<string, string> }
+  | { kind: "found"; handler: Handler; params: Record<string, string>; route: Route }
   | { kind: "method_not_allowed"; allowed: string[] }
   | { kind: "not_found" };
 
@@ -40,27 +42,29 @@ const NO_PARAMS: Record<string, string> = Object.freeze({});
 export class Router {
   #routes: CompiledRoute[];
   /** Routes without parameters by method and path: most requests are answered by one lookup. */
-  #exact = new Map<string, Handler>();
+  #exact = new Map<string, Route>();
 
   constructor(routes: Route[]) {
     this.#routes = routes.map((route) => ({ ...route, segments: route.pattern.split("/") }));
     for (const route of routes) {
       const key = `${route.method} ${route.pattern}`;
       if (!route.pattern.includes("/:") && !this.#exact.has(key)) {
-        this.#exact.set(key, route.handler);
+        this.#exact.set(key, route);
       }
     }
   }
 
   match(method: string, path: string): RouteMatch {
     const exact = this.#exact.get(`${method} ${path}`);
-    if (exact !== undefined) return { kind: "found", handler: exact, params: NO_PARAMS };
+    if (exact !== undefined) {
+      return { kind: "found", handler: exact.handler, params: NO_PARAMS, route: exact };
+    }
     const segments = path.split("/");
     const allowed: string[] = [];
     for (const route of this.#routes) {
       const params = matchSegments(route.segments, segments);
       if (params === null) continue;
-      if (route.method === method) return { kind: "found", handler: route.handler, params };
+      if (route.method === method) return { kind: "found", handler: route.handler, params, route };
       if (!allowed.includes(route.method)) allowed.push(route.method);
     }
     return allowed.length > 0 ? { kind: "method_not_allowed", allowed } : { kind: "not_found" };

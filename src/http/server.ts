@@ -6,7 +6,8 @@ import { ServiceError } from "../errors.ts";
 import { withDeadline } from "../deadline.ts";
 import { newId } from "../ids.ts";
 import type { Logger } from "../log.ts";
-import type { RequestContext, Router } from "./router.ts";
+import type { RequestContext, RouteMatch, Router } from "./router.ts";
+import { recordRequest, tagRequestSpan, tagRequestTenant } from "../telemetry.ts";
 
 const JSON_TYPE = "application/json; charset=utf-8";
 
@@ -86,8 +87,11 @@ export function createRequestHandler(
     const started = performance.now();
     const context: RequestContext = { reqId: newId("req"), tenantId: null, params: {} };
     const path = pathOf(request.url);
+    let route = "none";
     const finish = (response: Response): Response => {
       try {
+        recordRequest(route, request.method, response.status);
+        tagRequestTenant(context.tenantId);
         response.headers.set("x-request-id", context.reqId);
         response.headers.set("x-service-version", version);
         if (inFlight?.draining) response.headers.set("connection", "close");
@@ -106,7 +110,12 @@ export function createRequestHandler(
     };
     let outcome: Response | Promise<Response>;
     try {
-      outcome = dispatch(request, path, context);
+      const match = router.match(request.method, path);
+      if (match.kind === "found") {
+        route = match.route.name ?? match.route.pattern;
+        tagRequestSpan(route, request.method, match.route.pattern);
+      }
+      outcome = dispatch(request, path, match, context);
     } catch (error) {
       return finish(errorResponse(error, context, log));
     }
@@ -118,9 +127,9 @@ export function createRequestHandler(
   function dispatch(
     request: Request,
     path: string,
+    match: RouteMatch,
     context: RequestContext,
   ): Response | Promise<Response> {
-    const match = router.match(request.method, path);
     if (match.kind === "found") {
       context.params = match.params;
       const handled = match.handler(request, context);

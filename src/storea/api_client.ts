@@ -12,6 +12,7 @@ import {
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 import { objectOrNull } from "../json.ts";
+import { ATTR, withSpan } from "../telemetry.ts";
 
 /** The two App Store environments, lower-case as in the verify API. */
 export type StoreaEnvironmentName = "production" | "sandbox";
@@ -55,7 +56,22 @@ export class StoreaApiClient {
    * Looks `transactionId` up in `environment`. Throws the verify endpoint's errors: 429
    * `RATE_LIMITED`, 502 `APPLE_API_ERROR`.
    */
-  async getTransactionInfo(
+  getTransactionInfo(
+    credentials: StoreaCredentials,
+    transactionId: string,
+    options: { environment: StoreaEnvironmentName; signal: AbortSignal },
+  ): Promise<TransactionLookup> {
+    return withSpan("purchase_relay.storea.get_transaction", {
+      [ATTR.store]: "storea",
+      "purchase_relay.environment": options.environment,
+    }, async (span) => {
+      const lookup = await this.#lookUp(credentials, transactionId, options);
+      span?.setAttribute(ATTR.outcome, lookup.kind);
+      return lookup;
+    });
+  }
+
+  async #lookUp(
     credentials: StoreaCredentials,
     transactionId: string,
     options: { environment: StoreaEnvironmentName; signal: AbortSignal },

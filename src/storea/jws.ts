@@ -17,6 +17,7 @@ import { createHash } from "node:crypto";
 import { decodeUtf8Strict, isJsonObject } from "../json.ts";
 import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
 import { RelayError } from "../errors.ts";
+import { recordCacheLookup } from "../telemetry.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -121,6 +122,7 @@ export class StoreaJwsVerifier {
 
     // The signature first: a chain is checked, and cached, only for a leaf that just signed.
     const cached = this.#chains.get(digest);
+    recordCacheLookup("storea_chains", cached !== undefined);
     let leaf: pkijs.Certificate | undefined;
     let leafKey: Es256VerifyingKey;
     if (cached) {

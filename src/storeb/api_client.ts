@@ -12,6 +12,7 @@ import {
   type UpstreamResponse,
   UpstreamUnreachable,
 } from "./upstream.ts";
+import { ATTR, withSpan } from "../telemetry.ts";
 
 /** The default deadline of one lookup, retries and token requests included. */
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -52,10 +53,25 @@ export class StorebApiClient {
    * what a status means. Throws 502 `GOOGLE_API_ERROR` when no answer arrived in time, and the
    * token source's errors.
    */
-  async getPurchase(
+  getPurchase(
     account: ServiceAccount,
     query: PurchaseQuery,
     options: GetPurchaseOptions = {},
+  ): Promise<UpstreamResponse> {
+    return withSpan("purchase_relay.storeb.get_purchase", {
+      [ATTR.store]: "storeb",
+      "purchase_relay.purchase_type": query.type,
+    }, async (span) => {
+      const response = await this.#lookUp(account, query, options);
+      span?.setAttribute(ATTR.outcome, String(response.status));
+      return response;
+    });
+  }
+
+  async #lookUp(
+    account: ServiceAccount,
+    query: PurchaseQuery,
+    options: GetPurchaseOptions,
   ): Promise<UpstreamResponse> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const { signal: deadline, clear } = timeoutSignal(timeoutMs);

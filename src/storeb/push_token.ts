@@ -33,6 +33,7 @@
 import { decodeJwt, decodeProtectedHeader, errors, importJWK, type JWK, jwtVerify } from "jose";
 import { ServiceError } from "../errors.ts";
 import { readStreamPrefix } from "../streams.ts";
+import { recordCacheLookup } from "../telemetry.ts";
 
 /** How a {@linkcode PushTokenVerifier} finds Google's keys and judges time. */
 export interface PushTokenVerifierOptions {
@@ -185,6 +186,9 @@ export class PushTokenVerifier {
    * when stale, and looks once more for a `kid` it does not know, since Google may have rotated.
    */
   async #keyFor(kid: string): Promise<CryptoKey | undefined> {
+    const fresh = this.#keySet !== null && this.#now() < this.#keySet.expiresAt &&
+      this.#keySet.keys.has(kid);
+    recordCacheLookup("storeb_jwks", fresh);
     if (this.#keySet === null) {
       // With nothing cached every kid is unknown: after a failed load, the cooldown holds too.
       if (this.#inCooldown()) throw new Error("push token JWKS failed to load; retrying later");
