@@ -35,7 +35,7 @@ import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.
 import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
-import { ingestNotification } from "./events/ingest.ts";
+import { IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
 import { DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -115,6 +115,9 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   authenticator.start();
   stack.defer(() => authenticator.stop());
   const dispatcher = await startDispatcher(db, box, config, log, stack);
+  // Receivers share group commits: many notifications per transaction (docs/architecture.md,
+  // "Group-commit ingest").
+  const ingestBatcher = new IngestBatcher(db.sql);
   startEventRetention(db, config, log, stack);
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
@@ -158,7 +161,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
       issuers: config.storebOidcIssuers,
     }),
     findTenant: (tenantId) => tenants.get(tenantId),
-    ingest: ingestNotification.bind(null, db.sql),
+    ingest: (notification) => ingestBatcher.ingest(notification),
     onEnqueued: () => dispatcher.kick(),
   }));
   const inFlight = new InFlight();
