@@ -74,6 +74,9 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     poolSize: config.databasePoolSize,
+    // The dispatcher's claims and records do not queue behind the receivers' statements
+    // (docs/operations.md, "Connections").
+    dispatchPoolSize: DISPATCH_POOL_SIZE,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: true,
     pooler: config.databasePooler,
@@ -296,6 +299,9 @@ function startEventRetention(
   stack.defer(() => job.stop());
 }
 
+/** Connections of the dispatcher's own pool, besides `DATABASE_POOL_SIZE`. */
+const DISPATCH_POOL_SIZE = 3;
+
 /**
  * Starts this process's dispatcher: a sweep now (deliveries left by a stopped or killed process
  * are due again), then every minute from `Deno.cron`, and whenever an admin command requeues
@@ -310,7 +316,7 @@ async function startDispatcher(
 ): Promise<Dispatcher> {
   logCallbackPolicy(config, log);
   const dispatcher = new Dispatcher({
-    sql: db.sql,
+    sql: db.dispatchSql,
     box,
     log,
     version: config.version,

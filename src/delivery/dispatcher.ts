@@ -19,16 +19,17 @@ import { withDeadline } from "../deadline.ts";
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import type { Logger } from "../log.ts";
-import { loadDeliveryTarget } from "../db/tenants.ts";
 import { newId } from "../ids.ts";
 import {
   type AttemptResult,
+  type AttemptToRecord,
   type AttemptVerdict,
   claimDueDeliveries,
   type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
   recordAttempt,
+  recordAttempts,
   type RecordedAttempt,
   releaseClaim,
 } from "./queue.ts";
@@ -40,6 +41,10 @@ import { CallbackConnections } from "./callback_client.ts";
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
 /** How far ahead a sweep schedules deliveries precisely: the cron period. */
 const SWEEP_HORIZON_MS = 60_000;
+/** The most opened webhook secrets kept, by their sealed value. */
+const OPENED_SECRETS_SIZE = 10_000;
+/** The most attempts recorded in one statement. */
+const RECORD_BATCH_ROWS = 500;
 
 /** What the dispatcher needs. */
 export interface DispatcherOptions {
@@ -70,6 +75,17 @@ export class Dispatcher {
   #stopped = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timerAt = Infinity;
+  /**
+   * Opened webhook secrets by sealed value: the claim reads each tenant's target afresh, and a
+   * sealed value always opens to the same secret, so only the decryption is kept.
+   */
+  #opened = new Map<string, Promise<string>>();
+  /** Attempts waiting to be recorded, and whether a recording statement is in flight. */
+  #toRecord: { attempt: AttemptToRecord; done: (r: Promise<RecordedAttempt>) => void }[] = [];
+  #recording = false;
+  /** Recording statements run, and attempts they carried: for tests and benchmarks. */
+  recordStatements = 0;
+  recordedAttempts = 0;
 
   constructor(options: DispatcherOptions) {
     this.#options = options;
@@ -161,8 +177,14 @@ export class Dispatcher {
   }
 
   async #attempt(delivery: ClaimedDelivery): Promise<void> {
-    const { sql, box, log } = this.#options;
-    const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
+    const { sql, log } = this.#options;
+    const target = {
+      active: delivery.target.active,
+      callbackUrl: delivery.target.callbackUrl,
+      secrets: await Promise.all(
+        delivery.target.sealedSecrets.map((sealed) => this.#open(delivery.tenantId, sealed)),
+      ),
+    };
     if (target === null || !target.active) {
       // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
       await releaseClaim(sql, delivery.id, this.owner);
@@ -181,8 +203,9 @@ export class Dispatcher {
       connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
-    const recorded = await recordAttempt(sql, delivery.id, {
-      owner: this.owner,
+    const recorded = await this.#record({
+      deliveryId: delivery.id,
+      tenantId: delivery.tenantId,
       result,
       verdict,
     });
@@ -202,6 +225,57 @@ export class Dispatcher {
     else log.info("delivery_attempt", fields);
     this.#logCallbackHealth(delivery.tenantId, recorded);
     if (verdict.status === "pending") this.#wakeAt(verdict.nextAttemptAt.getTime());
+  }
+
+  /** Opens a tenant's sealed webhook secret, once per sealed value. */
+  #open(tenantId: string, sealed: string): Promise<string> {
+    const key = `${tenantId}\u0000${sealed}`;
+    const cached = this.#opened.get(key);
+    if (cached !== undefined) return cached;
+    if (this.#opened.size >= OPENED_SECRETS_SIZE) {
+      this.#opened.delete(this.#opened.keys().next().value!);
+    }
+    const opened = this.#options.box.open("webhook-secret", tenantId, sealed);
+    this.#opened.set(key, opened);
+    // A value that does not open (a master key not configured) is not kept.
+    opened.catch(() => this.#opened.delete(key));
+    return opened;
+  }
+
+  /**
+   * Records an attempt. Attempts finishing while a recording statement is in flight are
+   * recorded together by the next one (docs/architecture.md, "Batched delivery"); a batch that
+   * fails is recorded attempt by attempt, so one bad row does not fail the others.
+   */
+  #record(attempt: AttemptToRecord): Promise<RecordedAttempt> {
+    return new Promise<RecordedAttempt>((resolve, reject) => {
+      this.#toRecord.push({ attempt, done: (r) => r.then(resolve, reject) });
+      this.#flushRecords();
+    });
+  }
+
+  #flushRecords(): void {
+    if (this.#recording || this.#toRecord.length === 0) return;
+    this.#recording = true;
+    const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
+    const { sql } = this.#options;
+    const attempts = batch.map((b) => b.attempt);
+    recordAttempts(sql, this.owner, attempts).then((recorded) => {
+      this.recordStatements++;
+      this.recordedAttempts += batch.length;
+      batch.forEach((b, i) => b.done(Promise.resolve(recorded[i])));
+    }, () => {
+      for (const { attempt, done } of batch) {
+        done(recordAttempt(sql, attempt.deliveryId, {
+          owner: this.owner,
+          result: attempt.result,
+          verdict: attempt.verdict,
+        }));
+      }
+    }).finally(() => {
+      this.#recording = false;
+      this.#flushRecords();
+    });
   }
 
   /** Says when a tenant's callback starts failing (one delivery at a time) and recovers. */
