@@ -45,6 +45,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { type IngestBaseline, runIngestBaseline } from "./ingest_baseline.ts";
 import postgres from "postgres";
 import {
   beginRun,
@@ -225,6 +226,10 @@ export interface RelayBenchmarkResult {
   /** service p99 divided by baseline p99. */
   p99Ratio: number;
   delivery: DeliveryResult;
+  /** Raw PostgreSQL committing the service's one-notification statement (bench/ingest_baseline.ts). */
+  ingestBaseline: IngestBaseline;
+  /** The service's accepted/s in the measured run divided by the baseline's transactions/s. */
+  ingestRatio: number;
   serviceLog: ServiceLog;
   /** Why the run failed (wrong answers, a wrap-around, lost deliveries, ...); empty when it did not. */
   problems: string[];
@@ -246,6 +251,8 @@ const RECEIPT_MARKER = '"isNew":true,"enqueuedDelivery":true';
 const SINK_PATH = "/hooks";
 /** Notifications signed at the same time while preparing the bodies. */
 const SIGNING_BATCH = 100;
+/** Connections of the raw-PostgreSQL ingest baseline. */
+const INGEST_BASELINE_CLIENTS = 10;
 
 /**
  * Runs the benchmark: signs the notifications, measures the baseline, then the service, waits
@@ -367,6 +374,21 @@ export async function runRelayBenchmark(
       await stop(service);
     }
     const serviceLog = await scanServiceLog(service.stdoutPath);
+    // The service is stopped: PostgreSQL now runs the service's own statement for pgbench alone.
+    const [{ bytes }] = await sql`SELECT avg(length(payload))::int AS bytes FROM events`;
+    progress(`raw PostgreSQL: pgbench, ${INGEST_BASELINE_CLIENTS} clients, ${bytes} B payload`);
+    const countEvents = async () => (await sql!`SELECT count(*)::int AS n FROM events`)[0].n;
+    const ingestBaseline = await runIngestBaseline({
+      databaseUrl: database.url,
+      tenantId,
+      countEvents,
+      tmp,
+      core: settings.loadCore,
+      clients: INGEST_BASELINE_CLIENTS,
+      payloadBytes: bytes,
+      seconds: settings.durationSeconds,
+    });
+    progress(`raw PostgreSQL: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`);
     const result: RelayBenchmarkResult = {
       startedAt,
       machine,
@@ -377,6 +399,8 @@ export async function runRelayBenchmark(
       rpsRatio: serviceResult.requestsPerSecond / bare.requestsPerSecond,
       p99Ratio: serviceResult.p99Ms / bare.p99Ms,
       delivery,
+      ingestBaseline,
+      ingestRatio: delivery.run.acceptedPerSecond / ingestBaseline.transactionsPerSecond,
       serviceLog,
       problems: [],
     };
@@ -411,6 +435,12 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
       [Math.max(d.lostRows, d.lostAtSink), d.sink.duplicates, d.sink.invalid, d.failedAttempts]
         .join(", "),
     ],
+    [
+      "raw PostgreSQL, one notification per transaction (pgbench, tps)",
+      `${rate(result.ingestBaseline.transactionsPerSecond)} (${result.ingestBaseline.clients} ` +
+      `clients, ${count(result.ingestBaseline.payloadBytes)} B payload)`,
+    ],
+    ["accepted per second / raw PostgreSQL", `${result.ingestRatio.toFixed(2)}x`],
     [
       "accepted / delivered per second in the run",
       `${rate(d.run.acceptedPerSecond)} / ${rate(d.run.deliveredPerSecond)}`,
@@ -984,6 +1014,12 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
     problems.push(
       `lost deliveries: ${delivery.accepted} accepted, ${delivery.delivered} delivered rows, ` +
         `${delivery.sink.distinct} distinct events at the sink`,
+    );
+  }
+  const baseline = result.ingestBaseline;
+  if (baseline.eventsAdded !== baseline.transactions) {
+    problems.push(
+      `raw PostgreSQL: ${baseline.transactions} transactions added ${baseline.eventsAdded} events`,
     );
   }
   if (delivery.sink.invalid > 0) {
