@@ -43,6 +43,8 @@ const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
 const SWEEP_HORIZON_MS = 60_000;
 /** The most opened webhook secrets kept, by their sealed value. */
 const OPENED_SECRETS_SIZE = 10_000;
+/** How often, at most, a busy dispatcher asks when the next delivery falls due. */
+const NEXT_DUE_INTERVAL_MS = 250;
 /** The most attempts recorded in one statement. */
 const RECORD_BATCH_ROWS = 500;
 
@@ -83,6 +85,8 @@ export class Dispatcher {
   /** Attempts waiting to be recorded, and whether a recording statement is in flight. */
   #toRecord: { attempt: AttemptToRecord; done: (r: Promise<RecordedAttempt>) => void }[] = [];
   #recording = false;
+  /** When the next due time was last asked of the database. */
+  #nextDueCheckedAt = 0;
   /** Recording statements run, and attempts they carried: for tests and benchmarks. */
   recordStatements = 0;
   recordedAttempts = 0;
@@ -312,6 +316,12 @@ export class Dispatcher {
   async #scheduleNextWakeUp(): Promise<void> {
     // While every slot is busy, each finishing attempt pumps; a timer would only spin.
     if (this.#inFlight.size >= this.#options.concurrency) return;
+    // While attempts are in flight, each finishing one pumps again, and this process's own
+    // retries set their timers: the query is needed only for other processes' work, so once per
+    // NEXT_DUE_INTERVAL_MS is enough, rather than once per finishing attempt.
+    const now = Date.now();
+    if (this.#inFlight.size > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
+    this.#nextDueCheckedAt = now;
     const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS, {
       tenantCap: this.#options.tenantConcurrency,
     });
