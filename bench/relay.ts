@@ -46,6 +46,7 @@
  */
 import { parseArgs } from "node:util";
 import { type IngestBaseline, runIngestBaseline } from "./ingest_baseline.ts";
+import type { SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
 import {
   beginRun,
@@ -230,6 +231,12 @@ export interface RelayBenchmarkResult {
   ingestBaseline: IngestBaseline;
   /** The service's accepted/s in the measured run divided by the baseline's transactions/s. */
   ingestRatio: number;
+  /** A bare loop of the same signed POSTs to the same sink (bench/signed_post_loop.ts). */
+  postLoop: SignedPostLoopResult;
+  /** Valid deliveries the sink counted during the loop: every one of its 2xx, none lost. */
+  postLoopAtSink: number;
+  /** Deliveries per second while draining divided by the loop's POSTs per second. */
+  drainRatio: number;
   serviceLog: ServiceLog;
   /** Why the run failed (wrong answers, a wrap-around, lost deliveries, ...); empty when it did not. */
   problems: string[];
@@ -389,6 +396,15 @@ export async function runRelayBenchmark(
       seconds: settings.durationSeconds,
     });
     progress(`raw PostgreSQL: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`);
+    const [{ payload }] = await sql`SELECT payload FROM events ORDER BY received_at LIMIT 1`;
+    const atSinkBefore = (await sinkStats(sink.url)).valid;
+    const postLoop = await runSignedPostLoop(tmp, settings, {
+      url: `${sink.url}${SINK_PATH}`,
+      secret,
+      payload,
+    });
+    const postLoopAtSink = (await sinkStats(sink.url)).valid - atSinkBefore;
+    progress(`bare signed-POST loop: ${postLoop.perSecond.toFixed(0)} POSTs/s`);
     const result: RelayBenchmarkResult = {
       startedAt,
       machine,
@@ -401,6 +417,9 @@ export async function runRelayBenchmark(
       delivery,
       ingestBaseline,
       ingestRatio: delivery.run.acceptedPerSecond / ingestBaseline.transactionsPerSecond,
+      postLoop,
+      postLoopAtSink,
+      drainRatio: delivery.drain.perSecond / postLoop.perSecond,
       serviceLog,
       problems: [],
     };
@@ -442,6 +461,10 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ],
     ["accepted per second / raw PostgreSQL", `${result.ingestRatio.toFixed(2)}x`],
     [
+      "bare signed-POST loop to the sink (POSTs per second)",
+      `${rate(result.postLoop.perSecond)} (${result.postLoop.inFlight} in flight)`,
+    ],
+    [
       "accepted / delivered per second in the run",
       `${rate(d.run.acceptedPerSecond)} / ${rate(d.run.deliveredPerSecond)}`,
     ],
@@ -451,6 +474,7 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ],
     ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
     ["deliveries per second while draining", rate(d.drain.perSecond)],
+    ["draining / bare signed-POST loop", `${result.drainRatio.toFixed(2)}x`],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
   ]);
@@ -673,6 +697,47 @@ function describeReceiver(result: ReceiverResult, settings: RelaySettings): stri
 }
 
 // --- servers -------------------------------------------------------------------------------------
+
+/** POSTs in flight in the signed-POST loop: the service's `DELIVERY_CONCURRENCY`. */
+const POST_LOOP_IN_FLIGHT = 32;
+
+/** Runs bench/signed_post_loop.ts on the service's core for as long as the measured run. */
+async function runSignedPostLoop(
+  tmp: string,
+  settings: RelaySettings,
+  target: { url: string; secret: string; payload: string },
+): Promise<SignedPostLoopResult> {
+  const bodyFile = `${tmp}/post-loop-body.json`;
+  await Deno.writeTextFile(bodyFile, target.payload);
+  const config = {
+    url: target.url,
+    secret: target.secret,
+    bodyFile,
+    seconds: settings.durationSeconds,
+    inFlight: POST_LOOP_IN_FLIGHT,
+  };
+  const output = await new Deno.Command("taskset", {
+    args: [
+      "-c",
+      String(settings.serverCore),
+      Deno.execPath(),
+      "run",
+      "--allow-net=127.0.0.1",
+      `--allow-read=${tmp}`,
+      new URL("./signed_post_loop.ts", import.meta.url).pathname,
+      JSON.stringify(config),
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `the signed-POST loop failed: ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return JSON.parse(text.trim().split("\n").at(-1)!);
+}
 
 /** Starts the sink (this module, `sink`) on the load core; it prints its port once listening. */
 async function startSink(tmp: string, settings: RelaySettings, secret: string): Promise<Server> {
@@ -1020,6 +1085,12 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
   if (baseline.eventsAdded !== baseline.transactions) {
     problems.push(
       `raw PostgreSQL: ${baseline.transactions} transactions added ${baseline.eventsAdded} events`,
+    );
+  }
+  if (result.postLoop.failed > 0 || result.postLoopAtSink !== result.postLoop.requests) {
+    problems.push(
+      `signed-POST loop: ${result.postLoop.requests} answered 2xx, ${result.postLoop.failed} ` +
+        `failed, ${result.postLoopAtSink} valid at the sink`,
     );
   }
   if (delivery.sink.invalid > 0) {
