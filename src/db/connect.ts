@@ -118,6 +118,7 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     await listener?.end({ timeout: 0 }).catch(() => {});
     throw error;
   }
+  const endDispatchPool = () => dispatchSql === sql ? undefined : dispatchSql.end({ timeout: 1 });
   const stopPolling: (() => void)[] = [];
   const stopListening = async () => {
     for (const stop of stopPolling) stop();
@@ -136,13 +137,9 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
       // npm:postgres listens on a dedicated connection and re-listens after reconnecting.
       await (listener ?? sql).listen(channel, () => onNotify());
     },
-    // The listener only listens: nothing of it is in flight to wait for.
-    close: () =>
-      Promise.all([
-        sql.end({ timeout: 5 }),
-        dispatchSql === sql ? null : dispatchSql.end({ timeout: 5 }),
-      ])
-        .then(() => {}).finally(stopListening),
+    // The listener only listens: nothing of it is in flight to wait for. Nor is anything of the
+    // dispatcher's pool: the dispatcher has stopped before the database closes.
+    close: () => sql.end({ timeout: 5 }).finally(endDispatchPool).finally(stopListening),
   };
 }
 

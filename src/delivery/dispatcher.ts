@@ -45,6 +45,11 @@ const SWEEP_HORIZON_MS = 60_000;
 const OPENED_SECRETS_SIZE = 10_000;
 /** How often, at most, a busy dispatcher asks when the next delivery falls due. */
 const NEXT_DUE_INTERVAL_MS = 250;
+/**
+ * Recording statements in flight at once: more than one, so attempts do not move in lockstep
+ * behind one statement, but few, so that attempts finishing together share one.
+ */
+const RECORDS_IN_FLIGHT = 2;
 /** The most attempts recorded in one statement. */
 const RECORD_BATCH_ROWS = 500;
 
@@ -84,7 +89,7 @@ export class Dispatcher {
   #opened = new Map<string, Promise<string>>();
   /** Attempts waiting to be recorded, and whether a recording statement is in flight. */
   #toRecord: { attempt: AttemptToRecord; done: (r: Promise<RecordedAttempt>) => void }[] = [];
-  #recording = false;
+  #recording = 0;
   /** When the next due time was last asked of the database. */
   #nextDueCheckedAt = 0;
   /** Recording statements run, and attempts they carried: for tests and benchmarks. */
@@ -259,8 +264,8 @@ export class Dispatcher {
   }
 
   #flushRecords(): void {
-    if (this.#recording || this.#toRecord.length === 0) return;
-    this.#recording = true;
+    if (this.#recording >= RECORDS_IN_FLIGHT || this.#toRecord.length === 0) return;
+    this.#recording++;
     const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
     const { sql } = this.#options;
     const attempts = batch.map((b) => b.attempt);
@@ -268,7 +273,11 @@ export class Dispatcher {
       this.recordStatements++;
       this.recordedAttempts += batch.length;
       batch.forEach((b, i) => b.done(Promise.resolve(recorded[i])));
-    }, () => {
+    }, (error) => {
+      this.#options.log.warn("delivery_record_batch_failed", {
+        attempts: batch.length,
+        ...this.#options.log.errorFields(error),
+      });
       for (const { attempt, done } of batch) {
         done(recordAttempt(sql, attempt.deliveryId, {
           owner: this.owner,
@@ -277,7 +286,7 @@ export class Dispatcher {
         }));
       }
     }).finally(() => {
-      this.#recording = false;
+      this.#recording--;
       this.#flushRecords();
     });
   }
