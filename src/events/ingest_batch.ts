@@ -153,20 +153,25 @@ export class IngestBatcher {
   async #insertBatch(batch: Pending[], receipts: Map<Pending, Receipt | { error: unknown }>) {
     const sql = this.#sql;
     const rows = [...batch].sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
-    const column = <T>(pick: (p: PreparedIngest) => T) => rows.map((row) => pick(row.prepared));
+    // One parameter per value (not arrays): a 16 KB payload is not escaped into an array literal.
+    const values = rows.map(({ prepared: p }, ord) => [
+      p.eventId,
+      p.notification.tenantId,
+      p.notification.source,
+      p.notification.externalId,
+      p.notification.entry.event,
+      p.notification.entry.platformEvent,
+      p.payload,
+      p.receivedAt.toISOString(),
+      p.deliveryId,
+      String(ord),
+    ]);
     const stored = await sql`
       WITH input AS (
-        SELECT * FROM unnest(
-          ${column((p) => p.eventId)}::text[], ${column((p) => p.notification.tenantId)}::text[],
-          ${column((p) => p.notification.source)}::text[],
-          ${column((p) => p.notification.externalId)}::text[],
-          ${column((p) => p.notification.entry.event)}::text[],
-          ${column((p) => p.notification.entry.platformEvent)}::text[],
-          ${column((p) => p.payload)}::text[],
-          ${column((p) => p.receivedAt.toISOString())}::timestamptz[],
-          ${column((p) => p.deliveryId)}::text[]
-        ) WITH ORDINALITY AS i(id, tenant_id, source, external_id, event, platform_event,
-                               payload, received_at, delivery_id, ord)
+        SELECT id, tenant_id, source, external_id, event, platform_event, payload,
+               received_at::timestamptz AS received_at, delivery_id, ord::int AS ord
+        FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
+                                          platform_event, payload, received_at, delivery_id, ord)
       ), event AS (
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
                             received_at)
