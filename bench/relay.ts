@@ -45,6 +45,8 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { type IngestBaseline, runIngestBaseline } from "./ingest_baseline.ts";
+import type { SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
 import {
   beginRun,
@@ -225,6 +227,16 @@ export interface RelayBenchmarkResult {
   /** service p99 divided by baseline p99. */
   p99Ratio: number;
   delivery: DeliveryResult;
+  /** Raw PostgreSQL committing the service's one-notification statement (bench/ingest_baseline.ts). */
+  ingestBaseline: IngestBaseline;
+  /** The service's accepted/s in the measured run divided by the baseline's transactions/s. */
+  ingestRatio: number;
+  /** A bare loop of the same signed POSTs to the same sink (bench/signed_post_loop.ts). */
+  postLoop: SignedPostLoopResult;
+  /** Valid deliveries the sink counted during the loop: every one of its 2xx, none lost. */
+  postLoopAtSink: number;
+  /** Deliveries per second while draining divided by the loop's POSTs per second. */
+  drainRatio: number;
   serviceLog: ServiceLog;
   /** Why the run failed (wrong answers, a wrap-around, lost deliveries, ...); empty when it did not. */
   problems: string[];
@@ -246,6 +258,8 @@ const RECEIPT_MARKER = '"isNew":true,"enqueuedDelivery":true';
 const SINK_PATH = "/hooks";
 /** Notifications signed at the same time while preparing the bodies. */
 const SIGNING_BATCH = 100;
+/** Connections of the raw-PostgreSQL ingest baseline. */
+const INGEST_BASELINE_CLIENTS = 10;
 
 /**
  * Runs the benchmark: signs the notifications, measures the baseline, then the service, waits
@@ -367,6 +381,30 @@ export async function runRelayBenchmark(
       await stop(service);
     }
     const serviceLog = await scanServiceLog(service.stdoutPath);
+    // The service is stopped: PostgreSQL now runs the service's own statement for pgbench alone.
+    const [{ bytes }] = await sql`SELECT avg(length(payload))::int AS bytes FROM events`;
+    progress(`raw PostgreSQL: pgbench, ${INGEST_BASELINE_CLIENTS} clients, ${bytes} B payload`);
+    const countEvents = async () => (await sql!`SELECT count(*)::int AS n FROM events`)[0].n;
+    const ingestBaseline = await runIngestBaseline({
+      databaseUrl: database.url,
+      tenantId,
+      countEvents,
+      tmp,
+      core: settings.loadCore,
+      clients: INGEST_BASELINE_CLIENTS,
+      payloadBytes: bytes,
+      seconds: settings.durationSeconds,
+    });
+    progress(`raw PostgreSQL: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`);
+    const [{ payload }] = await sql`SELECT payload FROM events ORDER BY received_at LIMIT 1`;
+    const atSinkBefore = (await sinkStats(sink.url)).valid;
+    const postLoop = await runSignedPostLoop(tmp, settings, {
+      url: `${sink.url}${SINK_PATH}`,
+      secret,
+      payload,
+    });
+    const postLoopAtSink = (await sinkStats(sink.url)).valid - atSinkBefore;
+    progress(`bare signed-POST loop: ${postLoop.perSecond.toFixed(0)} POSTs/s`);
     const result: RelayBenchmarkResult = {
       startedAt,
       machine,
@@ -377,6 +415,11 @@ export async function runRelayBenchmark(
       rpsRatio: serviceResult.requestsPerSecond / bare.requestsPerSecond,
       p99Ratio: serviceResult.p99Ms / bare.p99Ms,
       delivery,
+      ingestBaseline,
+      ingestRatio: delivery.run.acceptedPerSecond / ingestBaseline.transactionsPerSecond,
+      postLoop,
+      postLoopAtSink,
+      drainRatio: delivery.drain.perSecond / postLoop.perSecond,
       serviceLog,
       problems: [],
     };
@@ -412,6 +455,16 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
         .join(", "),
     ],
     [
+      "raw PostgreSQL, one notification per transaction (pgbench, tps)",
+      `${rate(result.ingestBaseline.transactionsPerSecond)} (${result.ingestBaseline.clients} ` +
+      `clients, ${count(result.ingestBaseline.payloadBytes)} B payload)`,
+    ],
+    ["accepted per second / raw PostgreSQL", `${result.ingestRatio.toFixed(2)}x`],
+    [
+      "bare signed-POST loop to the sink (POSTs per second)",
+      `${rate(result.postLoop.perSecond)} (${result.postLoop.inFlight} in flight)`,
+    ],
+    [
       "accepted / delivered per second in the run",
       `${rate(d.run.acceptedPerSecond)} / ${rate(d.run.deliveredPerSecond)}`,
     ],
@@ -421,6 +474,7 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ],
     ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
     ["deliveries per second while draining", rate(d.drain.perSecond)],
+    ["draining / bare signed-POST loop", `${result.drainRatio.toFixed(2)}x`],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
   ]);
@@ -643,6 +697,47 @@ function describeReceiver(result: ReceiverResult, settings: RelaySettings): stri
 }
 
 // --- servers -------------------------------------------------------------------------------------
+
+/** POSTs in flight in the signed-POST loop: the service's `DELIVERY_CONCURRENCY`. */
+const POST_LOOP_IN_FLIGHT = 32;
+
+/** Runs bench/signed_post_loop.ts on the service's core for as long as the measured run. */
+async function runSignedPostLoop(
+  tmp: string,
+  settings: RelaySettings,
+  target: { url: string; secret: string; payload: string },
+): Promise<SignedPostLoopResult> {
+  const bodyFile = `${tmp}/post-loop-body.json`;
+  await Deno.writeTextFile(bodyFile, target.payload);
+  const config = {
+    url: target.url,
+    secret: target.secret,
+    bodyFile,
+    seconds: settings.durationSeconds,
+    inFlight: POST_LOOP_IN_FLIGHT,
+  };
+  const output = await new Deno.Command("taskset", {
+    args: [
+      "-c",
+      String(settings.serverCore),
+      Deno.execPath(),
+      "run",
+      "--allow-net=127.0.0.1",
+      `--allow-read=${tmp}`,
+      new URL("./signed_post_loop.ts", import.meta.url).pathname,
+      JSON.stringify(config),
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `the signed-POST loop failed: ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return JSON.parse(text.trim().split("\n").at(-1)!);
+}
 
 /** Starts the sink (this module, `sink`) on the load core; it prints its port once listening. */
 async function startSink(tmp: string, settings: RelaySettings, secret: string): Promise<Server> {
@@ -984,6 +1079,18 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
     problems.push(
       `lost deliveries: ${delivery.accepted} accepted, ${delivery.delivered} delivered rows, ` +
         `${delivery.sink.distinct} distinct events at the sink`,
+    );
+  }
+  const baseline = result.ingestBaseline;
+  if (baseline.eventsAdded !== baseline.transactions) {
+    problems.push(
+      `raw PostgreSQL: ${baseline.transactions} transactions added ${baseline.eventsAdded} events`,
+    );
+  }
+  if (result.postLoop.failed > 0 || result.postLoopAtSink !== result.postLoop.requests) {
+    problems.push(
+      `signed-POST loop: ${result.postLoop.requests} answered 2xx, ${result.postLoop.failed} ` +
+        `failed, ${result.postLoopAtSink} valid at the sink`,
     );
   }
   if (delivery.sink.invalid > 0) {

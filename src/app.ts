@@ -35,7 +35,7 @@ import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.
 import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
-import { ingestNotification } from "./events/ingest.ts";
+import { IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -77,6 +77,9 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
     poolSize: config.databasePoolSize,
+    // The dispatcher's claims and records do not queue behind the receivers' statements
+    // (docs/operations.md, "Connections").
+    dispatchPoolSize: DISPATCH_POOL_SIZE,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: true,
     pooler: config.databasePooler,
@@ -118,6 +121,9 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   authenticator.start();
   stack.defer(() => authenticator.stop());
   const dispatcher = await startDispatcher(db, box, config, log, stack);
+  // Receivers share group commits: many notifications per transaction (docs/architecture.md,
+  // "Group-commit ingest").
+  const ingestBatcher = new IngestBatcher(db.sql);
   startEventRetention(db, config, log, stack);
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
@@ -163,7 +169,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
       issuers: config.storebOidcIssuers,
     }),
     findTenant: (tenantId) => tenants.get(tenantId),
-    ingest: ingestNotification.bind(null, db.sql),
+    ingest: (notification) => ingestBatcher.ingest(notification),
     onEnqueued: () => dispatcher.kick(),
   }));
   // Deno's spans keep the URL path only for the service's own routes (src/telemetry.ts).
@@ -300,6 +306,9 @@ function startEventRetention(
   stack.defer(() => job.stop());
 }
 
+/** Connections of the dispatcher's own pool, besides `DATABASE_POOL_SIZE`. */
+const DISPATCH_POOL_SIZE = 3;
+
 /**
  * Starts this process's dispatcher: a sweep now (deliveries left by a stopped or killed process
  * are due again), then every minute from `Deno.cron`, and whenever an admin command requeues
@@ -314,7 +323,7 @@ async function startDispatcher(
 ): Promise<Dispatcher> {
   logCallbackPolicy(config, log);
   const dispatcher = new Dispatcher({
-    sql: db.sql,
+    sql: db.dispatchSql,
     box,
     log,
     version: config.version,

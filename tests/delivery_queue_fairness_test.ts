@@ -14,6 +14,7 @@ import {
   FAILING_CALLBACK_STREAK,
   nextDueAt,
   recordAttempt,
+  recordAttempts,
 } from "../src/delivery/queue.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/service.ts";
 
@@ -167,6 +168,70 @@ Deno.test("delivery queue: a tenant whose callback keeps failing gets one slot",
       previousStreak: FAILING_CALLBACK_STREAK,
     });
     assert.equal((await claim(sql, "owner", 100, 8)).length, 8);
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+Deno.test("delivery queue: a batch of attempts records each as one by one would", async () => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  try {
+    const broken = await tenantWithBacklog(sql, "broken", 8);
+    const healthy = await tenantWithBacklog(sql, "healthy", 2);
+    const claimed = await claim(sql, "owner-a", 100, 100);
+    assert.equal(claimed.length, 10);
+    const ofBroken = claimed.filter((d) => d.tenantId === broken).map((d) => d.id).sort();
+    const ofHealthy = claimed.filter((d) => d.tenantId === healthy).map((d) => d.id).sort();
+    const success = { ...failure(), responseCode: 200 };
+    const retry = { status: "pending" as const, nextAttemptAt: new Date(Date.now() + 60_000) };
+    // Another owner took one delivery over: its attempt is recorded, its state left alone.
+    await sql`UPDATE deliveries SET lease_owner = 'owner-b' WHERE id = ${ofBroken[0]}`;
+    const first = await recordAttempts(sql, "owner-a", [
+      ...ofBroken.slice(0, 6).map((deliveryId) => ({
+        deliveryId,
+        tenantId: broken,
+        result: failure(),
+        verdict: retry,
+      })),
+      {
+        deliveryId: ofHealthy[0],
+        tenantId: healthy,
+        result: success,
+        verdict: { status: "delivered" },
+      },
+    ]);
+    assert.deepEqual(first.map((r) => r.kept), [false, true, true, true, true, true, true]);
+    assert.deepEqual(first.map((r) => r.failureStreak), [1, 2, 3, 4, 5, 6, 0]);
+    assert.equal(first[6].previousStreak, null, "a healthy tenant's streak is left alone");
+    const second = await recordAttempts(sql, "owner-a", [
+      {
+        deliveryId: ofBroken[6],
+        tenantId: broken,
+        result: success,
+        verdict: { status: "delivered" },
+      },
+      {
+        deliveryId: ofBroken[7],
+        tenantId: broken,
+        result: failure(),
+        verdict: { status: "failed" },
+      },
+    ]);
+    assert.deepEqual(second.map((r) => [r.failureStreak, r.previousStreak]), [[0, 6], [1, 0]]);
+    const [tenant] = await sql`SELECT delivery_failure_streak FROM tenants WHERE id = ${broken}`;
+    assert.equal(tenant.delivery_failure_streak, 1);
+    const states = await sql`
+      SELECT id, status, attempts, lease_owner,
+             (SELECT count(*)::int FROM delivery_attempts a WHERE a.delivery_id = d.id) AS logged
+      FROM deliveries d WHERE tenant_id = ${broken} ORDER BY id`;
+    assert.deepEqual(states.map((r) => [r.id, r.status, r.attempts, r.lease_owner, r.logged]), [
+      [ofBroken[0], "pending", 0, "owner-b", 1],
+      ...ofBroken.slice(1, 6).map((id) => [id, "pending", 1, null, 1]),
+      [ofBroken[6], "delivered", 1, null, 1],
+      [ofBroken[7], "failed", 1, null, 1],
+    ]);
   } finally {
     await db.close();
     await test.drop();

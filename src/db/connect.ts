@@ -22,6 +22,11 @@ export type Sql = postgres.Sql;
 /** An open database. */
 export interface Database {
   sql: Sql;
+  /**
+   * The dispatcher's own small pool (`ConnectOptions.dispatchPoolSize`), so its claims and records
+   * do not queue behind the receivers' statements; `sql` itself when none was asked for.
+   */
+  dispatchSql: Sql;
   engine: "postgresql" | "embedded";
   /**
    * Calls `onNotify` whenever any process runs `NOTIFY channel`. A process that uses an embedded
@@ -38,6 +43,8 @@ export interface ConnectOptions {
   databaseUrl: string | null;
   dataDir: string;
   poolSize: number;
+  /** Connections of a separate pool for the dispatcher; none (0) unless given. */
+  dispatchPoolSize?: number;
   /** How long to wait for the database before failing. */
   timeoutMs: number;
   /**
@@ -85,6 +92,9 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     prepare: pooler !== "transaction",
   });
   const sql = postgres(url, clientOptions(mainTls, options.poolSize));
+  const dispatchSql = options.dispatchPoolSize
+    ? postgres(url, clientOptions(mainTls, options.dispatchPoolSize))
+    : sql;
   // LISTEN needs a session of its own: DATABASE_LISTEN_URL when set, else DATABASE_URL.
   const listener = listenAt && postgres(listenAt.url, clientOptions(listenAt.tls, 1));
   const deadline = Date.now() + options.timeoutMs;
@@ -103,9 +113,11 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     }
   } catch (error) {
     await sql.end({ timeout: 0 }).catch(() => {});
+    if (dispatchSql !== sql) await dispatchSql.end({ timeout: 0 }).catch(() => {});
     await listener?.end({ timeout: 0 }).catch(() => {});
     throw error;
   }
+  const endDispatchPool = () => dispatchSql === sql ? undefined : dispatchSql.end({ timeout: 1 });
   const stopPolling: (() => void)[] = [];
   const stopListening = async () => {
     for (const stop of stopPolling) stop();
@@ -113,6 +125,7 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
   };
   return {
     sql,
+    dispatchSql,
     engine: "postgresql",
     listen: async (channel, onNotify) => {
       if (listener === null && pooler === "transaction") {
@@ -123,8 +136,9 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
       // npm:postgres listens on a dedicated connection and re-listens after reconnecting.
       await (listener ?? sql).listen(channel, () => onNotify());
     },
-    // The listener only listens: nothing of it is in flight to wait for.
-    close: () => sql.end({ timeout: 5 }).finally(stopListening),
+    // The listener only listens: nothing of it is in flight to wait for. Nor is anything of the
+    // dispatcher's pool: the dispatcher has stopped before the database closes.
+    close: () => sql.end({ timeout: 5 }).finally(endDispatchPool).finally(stopListening),
   };
 }
 
@@ -194,7 +208,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
           );
         }
         lockFile.close();
-        return embeddedClient({ socketDir: dataDir }, options.poolSize, async () => {});
+        return embeddedClient({ socketDir: dataDir }, options, async () => {});
       }
       if (await lockFile.tryLock(true)) break;
       if (Date.now() >= deadline) {
@@ -221,7 +235,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
       { cause: error },
     );
   }
-  return embeddedClient({ engine: server }, options.poolSize, async () => {
+  return embeddedClient({ engine: server }, options, async () => {
     await server.close();
     await lockFile.unlock().catch(() => {});
     lockFile.close();
@@ -237,31 +251,38 @@ type EmbeddedRoute = { engine: EmbeddedServer } | { socketDir: string };
  */
 function embeddedClient(
   route: EmbeddedRoute,
-  poolSize: number,
+  sizes: { poolSize: number; dispatchPoolSize?: number },
   stop: () => Promise<void>,
 ): Database {
   const engine = "engine" in route ? route.engine : null;
-  const sql = postgres({
-    ...("engine" in route
-      ? { socket: () => route.engine.connect() }
-      : { host: route.socketDir, port: 5432 }),
-    user: "postgres",
-    database: "postgres",
-    max: poolSize,
-    // Connections share PGlite's one session, so statement names must not be reused.
-    prepare: false,
-    // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9
-    // must not time out there: a connection closed with a write pending and then reopened keeps
-    // a stale write timer and never flushes its next small message (its query hangs for good).
-    connect_timeout: 30,
-    onnotice: () => {},
-  });
+  const client = (poolSize: number) =>
+    postgres({
+      ...("engine" in route
+        ? { socket: () => route.engine.connect() }
+        : { host: route.socketDir, port: 5432 }),
+      user: "postgres",
+      database: "postgres",
+      max: poolSize,
+      // Connections share PGlite's one session, so statement names must not be reused.
+      prepare: false,
+      // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9
+      // must not time out there: a connection closed with a write pending and then reopened keeps
+      // a stale write timer and never flushes its next small message (its query hangs for good).
+      connect_timeout: 30,
+      onnotice: () => {},
+    });
+  const sql = client(sizes.poolSize);
+  const dispatchSql = sizes.dispatchPoolSize ? client(sizes.dispatchPoolSize) : sql;
   return {
     sql,
+    dispatchSql,
     engine: "embedded",
     listen: (channel, onNotify) => engine?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
-      await sql.end({ timeout: 5 });
+      await Promise.all([
+        sql.end({ timeout: 5 }),
+        dispatchSql === sql ? null : dispatchSql.end({ timeout: 5 }),
+      ]);
       await stop();
     },
   };

@@ -19,16 +19,17 @@ import { withDeadline } from "../deadline.ts";
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import type { Logger } from "../log.ts";
-import { loadDeliveryTarget } from "../db/tenants.ts";
 import { newId } from "../ids.ts";
 import {
   type AttemptResult,
+  type AttemptToRecord,
   type AttemptVerdict,
   claimDueDeliveries,
   type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
   recordAttempt,
+  recordAttempts,
   type RecordedAttempt,
   releaseClaim,
 } from "./queue.ts";
@@ -41,6 +42,17 @@ import { ATTR, recordDeliveryAttempt, withSpan } from "../telemetry.ts";
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
 /** How far ahead a sweep schedules deliveries precisely: the cron period. */
 const SWEEP_HORIZON_MS = 60_000;
+/** The most opened webhook secrets kept, by their sealed value. */
+const OPENED_SECRETS_SIZE = 10_000;
+/** How often, at most, a busy dispatcher asks when the next delivery falls due. */
+const NEXT_DUE_INTERVAL_MS = 250;
+/**
+ * Recording statements in flight at once: more than one, so attempts do not move in lockstep
+ * behind one statement, but few, so that attempts finishing together share one.
+ */
+const RECORDS_IN_FLIGHT = 2;
+/** The most attempts recorded in one statement. */
+const RECORD_BATCH_ROWS = 500;
 
 /** What the dispatcher needs. */
 export interface DispatcherOptions {
@@ -71,6 +83,19 @@ export class Dispatcher {
   #stopped = false;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #timerAt = Infinity;
+  /**
+   * Opened webhook secrets by sealed value: the claim reads each tenant's target afresh, and a
+   * sealed value always opens to the same secret, so only the decryption is kept.
+   */
+  #opened = new Map<string, Promise<string>>();
+  /** Attempts waiting to be recorded, and whether a recording statement is in flight. */
+  #toRecord: { attempt: AttemptToRecord; done: (r: Promise<RecordedAttempt>) => void }[] = [];
+  #recording = 0;
+  /** When the next due time was last asked of the database. */
+  #nextDueCheckedAt = 0;
+  /** Recording statements run, and attempts they carried: for tests and benchmarks. */
+  recordStatements = 0;
+  recordedAttempts = 0;
 
   constructor(options: DispatcherOptions) {
     this.#options = options;
@@ -188,9 +213,15 @@ export class Dispatcher {
   async #attemptOnce(
     delivery: ClaimedDelivery,
   ): Promise<{ outcome: string; responseCode: number | null }> {
-    const { sql, box, log } = this.#options;
-    const target = await loadDeliveryTarget(sql, box, delivery.tenantId);
-    if (target === null || !target.active) {
+    const { sql, log } = this.#options;
+    const target = {
+      active: delivery.target.active,
+      callbackUrl: delivery.target.callbackUrl,
+      secrets: await Promise.all(
+        delivery.target.sealedSecrets.map((sealed) => this.#open(delivery.tenantId, sealed)),
+      ),
+    };
+    if (!target.active) {
       // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
       await releaseClaim(sql, delivery.id, this.owner);
       return { outcome: "released", responseCode: null };
@@ -211,7 +242,7 @@ export class Dispatcher {
     const recorded = await withSpan(
       "purchase_relay.delivery.record",
       { [ATTR.deliveryId]: delivery.id },
-      () => recordAttempt(sql, delivery.id, { owner: this.owner, result, verdict }),
+      () => this.#record({ deliveryId: delivery.id, tenantId: delivery.tenantId, result, verdict }),
     );
     const fields = {
       deliveryId: delivery.id,
@@ -235,6 +266,61 @@ export class Dispatcher {
       ? "retry"
       : verdict.status;
     return { outcome, responseCode: result.responseCode };
+  }
+
+  /** Opens a tenant's sealed webhook secret, once per sealed value. */
+  #open(tenantId: string, sealed: string): Promise<string> {
+    const key = `${tenantId}\u0000${sealed}`;
+    const cached = this.#opened.get(key);
+    if (cached !== undefined) return cached;
+    if (this.#opened.size >= OPENED_SECRETS_SIZE) {
+      this.#opened.delete(this.#opened.keys().next().value!);
+    }
+    const opened = this.#options.box.open("webhook-secret", tenantId, sealed);
+    this.#opened.set(key, opened);
+    // A value that does not open (a master key not configured) is not kept.
+    opened.catch(() => this.#opened.delete(key));
+    return opened;
+  }
+
+  /**
+   * Records an attempt. Attempts finishing while a recording statement is in flight are
+   * recorded together by the next one (docs/architecture.md, "Batched delivery"); a batch that
+   * fails is recorded attempt by attempt, so one bad row does not fail the others.
+   */
+  #record(attempt: AttemptToRecord): Promise<RecordedAttempt> {
+    return new Promise<RecordedAttempt>((resolve, reject) => {
+      this.#toRecord.push({ attempt, done: (r) => r.then(resolve, reject) });
+      this.#flushRecords();
+    });
+  }
+
+  #flushRecords(): void {
+    if (this.#recording >= RECORDS_IN_FLIGHT || this.#toRecord.length === 0) return;
+    this.#recording++;
+    const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
+    const { sql } = this.#options;
+    const attempts = batch.map((b) => b.attempt);
+    recordAttempts(sql, this.owner, attempts).then((recorded) => {
+      this.recordStatements++;
+      this.recordedAttempts += batch.length;
+      batch.forEach((b, i) => b.done(Promise.resolve(recorded[i])));
+    }, (error) => {
+      this.#options.log.warn("delivery_record_batch_failed", {
+        attempts: batch.length,
+        ...this.#options.log.errorFields(error),
+      });
+      for (const { attempt, done } of batch) {
+        done(recordAttempt(sql, attempt.deliveryId, {
+          owner: this.owner,
+          result: attempt.result,
+          verdict: attempt.verdict,
+        }));
+      }
+    }).finally(() => {
+      this.#recording--;
+      this.#flushRecords();
+    });
   }
 
   /** Says when a tenant's callback starts failing (one delivery at a time) and recovers. */
@@ -271,6 +357,12 @@ export class Dispatcher {
   async #scheduleNextWakeUp(): Promise<void> {
     // While every slot is busy, each finishing attempt pumps; a timer would only spin.
     if (this.#inFlight.size >= this.#options.concurrency) return;
+    // While attempts are in flight, each finishing one pumps again, and this process's own
+    // retries set their timers: the query is needed only for other processes' work, so once per
+    // NEXT_DUE_INTERVAL_MS is enough, rather than once per finishing attempt.
+    const now = Date.now();
+    if (this.#inFlight.size > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
+    this.#nextDueCheckedAt = now;
     const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS, {
       tenantCap: this.#options.tenantConcurrency,
     });

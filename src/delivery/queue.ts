@@ -30,6 +30,16 @@ export interface ClaimedDelivery {
   payload: string;
   /** When the notification was received, for the delivery lag. */
   receivedAt: Date;
+  /** The tenant's delivery target as the claim read it, its secrets still sealed. */
+  target: SealedTarget;
+}
+
+/** A tenant's delivery target as stored: see `loadDeliveryTarget` (src/db/tenants.ts). */
+export interface SealedTarget {
+  active: boolean;
+  callbackUrl: string | null;
+  /** The current webhook secret, then the previous one while its grace period lasts. */
+  sealedSecrets: string[];
 }
 
 /** What one attempt produced. */
@@ -125,9 +135,12 @@ export async function claimDueDeliveries(
     UPDATE deliveries d
     SET lease_owner = ${claim.owner},
         lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
-    FROM chosen, events e
-    WHERE d.id = chosen.id AND e.id = d.event_id
-    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at`;
+    FROM chosen, events e, tenants t
+    WHERE d.id = chosen.id AND e.id = d.event_id AND t.id = d.tenant_id
+    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at,
+              t.active, t.callback_url, t.webhook_secret_sealed,
+              CASE WHEN t.previous_webhook_secret_expires_at > now()
+                   THEN t.previous_webhook_secret_sealed END AS previous_sealed`;
   return rows.map((row) => ({
     id: row.id,
     eventId: row.event_id,
@@ -136,6 +149,11 @@ export async function claimDueDeliveries(
     attempts: row.attempts,
     payload: row.payload,
     receivedAt: new Date(row.received_at),
+    target: {
+      active: row.active,
+      callbackUrl: row.callback_url,
+      sealedSecrets: [row.webhook_secret_sealed, row.previous_sealed].filter((v) => v !== null),
+    },
   }));
 }
 
@@ -382,4 +400,117 @@ export async function requeueDeliveries(
         AND (lease_expires_at IS NULL OR lease_expires_at <= now())
       RETURNING id`;
   return rows.map((row) => row.id);
+}
+
+/** One attempt to record in a batch: see {@linkcode recordAttempts}. */
+export interface AttemptToRecord {
+  deliveryId: string;
+  tenantId: string;
+  result: AttemptResult;
+  verdict: AttemptVerdict;
+}
+
+/**
+ * Records many attempts of `owner` in one statement, each as {@linkcode recordAttempt} would in
+ * turn: the state moves only where `owner` still holds the lease, every attempt is recorded, and
+ * each tenant's failure streak becomes what the attempts, in order, make of it (written only when
+ * it changes). Returns what each attempt did, in the order given.
+ */
+export async function recordAttempts(
+  sql: Sql,
+  owner: string,
+  attempts: AttemptToRecord[],
+): Promise<RecordedAttempt[]> {
+  if (attempts.length === 0) return [];
+  // Per tenant: whether some attempt succeeded, and the failures after the last success.
+  const streaks = new Map<string, { reset: boolean; add: number }>();
+  for (const attempt of attempts) {
+    const streak = streaks.get(attempt.tenantId) ?? { reset: false, add: 0 };
+    if (attempt.verdict.status === "delivered") {
+      streak.reset = true;
+      streak.add = 0;
+    } else {
+      streak.add++;
+    }
+    streaks.set(attempt.tenantId, streak);
+  }
+  // Tenants in one order in every process, so two batches lock them in the same order.
+  const tenants = [...streaks.keys()].sort();
+  const col = <T>(pick: (a: AttemptToRecord) => T) => attempts.map(pick);
+  const iso = (date: Date | null) => date === null ? null : date.toISOString();
+  // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
+  const rows = await sql`
+    WITH input AS (
+      SELECT * FROM unnest(
+        ${col((a) => a.deliveryId)}::text[],
+        ${col((a) => a.result.attemptedAt.toISOString())}::timestamptz[],
+        ${col((a) => String(Math.round(a.result.durationMs)))}::text[]::int[],
+        ${col((a) => a.result.responseCode?.toString() ?? null)}::text[]::int[],
+        ${col((a) => a.result.responseBody)}::text[],
+        ${col((a) => a.result.error)}::text[],
+        ${col((a) => a.verdict.status)}::text[],
+        ${
+    col((a) => iso(a.verdict.status === "pending" ? a.verdict.nextAttemptAt : null))
+  }::timestamptz[]
+      ) WITH ORDINALITY AS i(delivery_id, attempted_at, duration_ms, response_code, response_body,
+                             error, status, next_attempt_at, ord)
+    ), attempt AS (
+      INSERT INTO delivery_attempts
+        (delivery_id, attempted_at, duration_ms, response_code, response_body, error)
+      SELECT delivery_id, attempted_at, duration_ms, response_code, response_body, error
+      FROM input ORDER BY ord
+    ), moved AS (
+      UPDATE deliveries d
+      SET status = input.status,
+          attempts = d.attempts + 1,
+          next_attempt_at = input.next_attempt_at,
+          delivered_at = CASE WHEN input.status = 'delivered' THEN input.attempted_at END,
+          lease_owner = NULL,
+          lease_expires_at = NULL,
+          last_attempt_at = input.attempted_at,
+          last_response_code = input.response_code,
+          last_response_body = input.response_body,
+          last_error = input.error,
+          updated_at = now()
+      FROM input
+      WHERE d.id = input.delivery_id AND d.lease_owner = ${owner}
+      RETURNING d.id
+    ), streak AS (
+      UPDATE tenants t
+      SET delivery_failure_streak = CASE WHEN s.reset THEN s.add
+                                         ELSE t.delivery_failure_streak + s.add END
+      FROM (
+        SELECT * FROM unnest(${tenants}::text[],
+                             ${
+    tenants.map((id) => String(streaks.get(id)!.reset))
+  }::text[]::boolean[],
+                             ${tenants.map((id) => String(streaks.get(id)!.add))}::text[]::int[])
+          AS u(tenant_id, reset, add)
+      ) s
+      WHERE t.id = s.tenant_id
+        AND (s.add > 0 OR t.delivery_failure_streak <> 0)
+      -- The statement's snapshot does not see its own update: this is the value before it.
+      RETURNING t.id, (SELECT delivery_failure_streak FROM tenants WHERE id = t.id) AS before
+    )
+    SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
+    UNION ALL
+    SELECT 'streak', id, before FROM streak`;
+  const moved = new Set<string>();
+  const before = new Map<string, number>();
+  for (const row of rows) {
+    if (row.kind === "moved") moved.add(row.id);
+    else before.set(row.id, row.before);
+  }
+  // Replays each tenant's attempts in order from the streak the statement started from.
+  const streakNow = new Map<string, number>();
+  return attempts.map((attempt) => {
+    const previous = streakNow.get(attempt.tenantId) ?? before.get(attempt.tenantId) ?? 0;
+    const now = attempt.verdict.status === "delivered" ? 0 : previous + 1;
+    streakNow.set(attempt.tenantId, now);
+    return {
+      kept: moved.has(attempt.deliveryId),
+      failureStreak: now,
+      previousStreak: now === previous ? null : previous,
+    };
+  });
 }

@@ -46,6 +46,20 @@ export async function ingestNotification(
   sql: Sql,
   notification: VerifiedNotification,
 ): Promise<Receipt> {
+  return await ingestPrepared(sql, prepareIngest(notification));
+}
+
+/** A notification with its ids, receipt time and serialized payload, ready for the INSERT. */
+export interface PreparedIngest {
+  notification: VerifiedNotification;
+  eventId: string;
+  deliveryId: string;
+  receivedAt: Date;
+  payload: string;
+}
+
+/** Gives a notification its event and delivery ids and serializes the payload sent. */
+export function prepareIngest(notification: VerifiedNotification): PreparedIngest {
   const { tenantId, source, externalId, entry } = notification;
   const eventId = newId("evt");
   const receivedAt = new Date();
@@ -59,10 +73,15 @@ export async function ingestNotification(
     data: notification.data,
     raw: notification.raw,
   });
+  return { notification, eventId, deliveryId: newId("dlv"), receivedAt, payload };
+}
 
+/** Stores one prepared notification on its own (one statement, so one transaction). */
+export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promise<Receipt> {
+  const { eventId, deliveryId, receivedAt, payload } = prepared;
+  const { tenantId, source, externalId, entry } = prepared.notification;
   // One statement, so one atomic transaction without a client-side BEGIN: npm:postgres 3.4.9
   // can send a BEGIN without reserving its connection under load (porsager/postgres#1189).
-  const deliveryId = newId("dlv");
   const [stored] = await sql`
     WITH event AS (
       INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
