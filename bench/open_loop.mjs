@@ -20,7 +20,9 @@
  *     node bench/open_loop.mjs '{"url":"http://127.0.0.1:8080/v1/storea/verify","rate":2000,...}'
  *
  * Configuration: `url`; `headers` (besides `content-type: application/json`); request `i`'s body
- * is `bodyPrefix + idPrefix + pad9((idStart + i) mod idCount) + idSuffix + bodySuffix`; `marker`;
+ * is `bodyPrefix + idPrefix + pad9((idStart + i) mod idCount) + idSuffix + bodySuffix`, or, with
+ * `bodiesFile` (one body per line, for bodies that cannot be templated, such as signed
+ * notifications), line `i mod lines` of that file; `marker`;
  * `rate` (requests per second); `warmupSeconds` (sent at the rate, not measured), `seconds` (the
  * measured window, right after); `connections` (100 by default).
  *
@@ -30,6 +32,7 @@
  * and `cpuSeconds`, the generator's own CPU time.
  * @module
  */
+import { readFileSync } from "node:fs";
 import net from "node:net";
 import { performance } from "node:perf_hooks";
 
@@ -51,7 +54,19 @@ export async function runOpenLoop(config) {
     "content-type": "application/json",
     host: url.host,
   }).map(([name, value]) => `${name}: ${value}\r\n`).join("");
+  const bodies = config.bodiesFile === undefined
+    ? null
+    : readFileSync(config.bodiesFile, "utf8").split("\n").filter((line) => line !== "");
   const requestBytes = (i) => {
+    if (bodies !== null) {
+      const body = Buffer.from(bodies[i % bodies.length]);
+      return Buffer.concat([
+        Buffer.from(
+          `POST ${url.pathname} HTTP/1.1\r\n${headerLines}content-length: ${body.length}\r\n\r\n`,
+        ),
+        body,
+      ]);
+    }
     const id = config.idPrefix +
       String((config.idStart + i) % config.idCount).padStart(9, "0") + config.idSuffix;
     const body = Buffer.from(config.bodyPrefix + id + config.bodySuffix);

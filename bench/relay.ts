@@ -70,7 +70,9 @@ import {
   parseWrk,
   pct,
   productionServiceEnv,
+  type Progress,
   readMemory,
+  ROOT,
   runCli,
   runWrk,
   type Server,
@@ -213,6 +215,40 @@ export interface DeliveryResult {
   lostAtSink: number;
 }
 
+/**
+ * The open-loop phase: fresh notifications sent at fixed times (`bench/open_loop.mjs`) at half
+ * the accepted/s of the measured run, latency counted from each one's scheduled time.
+ */
+export interface RelayOpenLoop {
+  rate: number;
+  seconds: number;
+  /** Receipts due in the measured window, right and wrong. */
+  requests: number;
+  good: number;
+  bad: number;
+  firstWrong: string | null;
+  /** The receiver's answer, from the scheduled time: p50, p99, max. */
+  receiverP50Ms: number;
+  receiverP99Ms: number;
+  receiverMaxMs: number;
+  /** How late the generator sent, p99 (counted in the latencies). */
+  sendLagP99Ms: number;
+  /** Receipt (event committed) to the delivering attempt, over the phase's events. */
+  lag: { p50Ms: number; p99Ms: number; maxMs: number };
+  /** From the last answer to no delivery pending; null when it did not happen within the drain. */
+  backlogZeroMs: number | null;
+  /** The phase's events, and those delivered; valid deliveries the sink counted in the phase. */
+  events: number;
+  delivered: number;
+  atSink: number;
+}
+
+/** Keep-alive connections of the open-loop generator, as in bench/verify.ts. */
+const OPEN_LOOP_CONNECTIONS = 100;
+/** The open-loop phase's warm-up and measured window, in seconds. */
+const OPEN_LOOP_WARMUP_SECONDS = 2;
+const OPEN_LOOP_SECONDS = 10;
+
 /** What {@linkcode runRelayBenchmark} returns. */
 export interface RelayBenchmarkResult {
   startedAt: string;
@@ -237,6 +273,8 @@ export interface RelayBenchmarkResult {
   postLoopAtSink: number;
   /** Deliveries per second while draining divided by the loop's POSTs per second. */
   drainRatio: number;
+  /** Notifications sent open loop at half the measured ingest rate, once the backlog was done. */
+  openLoop: RelayOpenLoop;
   serviceLog: ServiceLog;
   /** Why the run failed (wrong answers, a wrap-around, lost deliveries, ...); empty when it did not. */
   problems: string[];
@@ -309,6 +347,10 @@ export async function runRelayBenchmark(
       CALLBACK_ALLOW_HTTP: "true",
       CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
       STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, `${tmp}/storea-root.pem`),
+      // The one tenant may have as many attempts in flight as the signed-POST loop and the
+      // service's DELIVERY_CONCURRENCY: the drain measures the dispatcher, not the fairness cap
+      // (at its default of 8, one tenant's drain is 8 attempts per commit round trip).
+      DELIVERY_TENANT_CONCURRENCY: String(POST_LOOP_IN_FLIGHT),
     });
     const tenantId = await createTenant(serviceEnv, {
       storeaKeyFile: await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`),
@@ -344,6 +386,7 @@ export async function runRelayBenchmark(
     const service = await startService(`${tmp}/`, { core: settings.serverCore, env: serviceEnv });
     let serviceResult: ReceiverResult;
     let delivery: DeliveryResult;
+    let openLoop: RelayOpenLoop;
     try {
       await checkAnswer(`${service.url}${path}`, { body: checkBody, marker: RECEIPT_MARKER });
       progress(
@@ -377,6 +420,15 @@ export async function runRelayBenchmark(
         answeredNew: 1 + warmup.checkedGood + timed.load.checkedGood,
       });
       progress(describeDelivery(delivery));
+      openLoop = await measureOpenLoop({
+        signer,
+        settings,
+        tmp,
+        sql,
+        sinkUrl: sink.url,
+        url: `${service.url}${path}`,
+        rate: Math.max(1, Math.round(delivery.run.acceptedPerSecond / 2)),
+      }, progress);
     } finally {
       await stop(service);
     }
@@ -420,6 +472,7 @@ export async function runRelayBenchmark(
       postLoop,
       postLoopAtSink,
       drainRatio: delivery.drain.perSecond / postLoop.perSecond,
+      openLoop,
       serviceLog,
       problems: [],
     };
@@ -446,6 +499,7 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
   const count = (n: number) => n.toLocaleString("en-US");
   const rate = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : "-");
   const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  const ms = (value: number) => `${value.toFixed(1)} ms`;
   return formatTable([{ header: "deliveries" }, { header: "this run" }], [
     ["accepted (rows in `events`)", count(d.accepted)],
     ["delivered rows / received by the sink", `${count(d.delivered)} / ${count(d.sink.distinct)}`],
@@ -477,6 +531,28 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ["draining / bare signed-POST loop", `${result.drainRatio.toFixed(2)}x`],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
+    [
+      "open loop: notifications per second (half the accepted/s above), seconds measured",
+      `${rate(result.openLoop.rate)}, ${result.openLoop.seconds}`,
+    ],
+    [
+      "open loop: receiver p50 / p99 / max, from the scheduled time",
+      `${ms(result.openLoop.receiverP50Ms)} / ${ms(result.openLoop.receiverP99Ms)} / ${
+        ms(result.openLoop.receiverMaxMs)
+      } (generator late by ${ms(result.openLoop.sendLagP99Ms)} at p99)`,
+    ],
+    [
+      "open loop: receipt to delivery, p50 / p99 / max",
+      `${ms(result.openLoop.lag.p50Ms)} / ${ms(result.openLoop.lag.p99Ms)} / ${
+        ms(result.openLoop.lag.maxMs)
+      }`,
+    ],
+    [
+      "open loop: backlog at zero after the last answer",
+      result.openLoop.backlogZeroMs === null
+        ? "not within the drain wait"
+        : ms(result.openLoop.backlogZeroMs),
+    ],
   ]);
 }
 
@@ -887,21 +963,127 @@ async function queueCounts(sql: postgres.Sql): Promise<QueueCounts> {
   };
 }
 
-/** Time from receipt to the delivered attempt over every delivered row, in ms. */
+/** Time from receipt to the delivered attempt over delivered rows (received after `since`), ms. */
 async function queueLag(
   sql: postgres.Sql,
+  since: Date = new Date(0),
 ): Promise<{ p50Ms: number; p99Ms: number; maxMs: number }> {
   const [row] = await sql`
     WITH lag AS (
       SELECT extract(epoch FROM d.delivered_at - e.received_at) * 1000 AS ms
       FROM deliveries d JOIN events e ON e.id = d.event_id
-      WHERE d.status = 'delivered'
+      WHERE d.status = 'delivered' AND e.received_at > ${since}
     )
     SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
            percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99,
            max(ms) AS max
     FROM lag`;
   return { p50Ms: Number(row.p50), p99Ms: Number(row.p99), maxMs: Number(row.max) };
+}
+
+/**
+ * The open-loop phase: signs fresh notifications, sends them to the service at `rate` per second
+ * at fixed times (`bench/open_loop.mjs` under Node on the load core), then times how long the
+ * backlog takes to reach zero after the last answer and reads the phase's receipt-to-delivery.
+ */
+async function measureOpenLoop(
+  phase: {
+    signer: StoreaSigner;
+    settings: RelaySettings;
+    tmp: string;
+    sql: postgres.Sql;
+    sinkUrl: string;
+    url: string;
+    rate: number;
+  },
+  progress: Progress,
+): Promise<RelayOpenLoop> {
+  const { signer, settings, sql, rate } = phase;
+  const count = Math.ceil(rate * (OPEN_LOOP_WARMUP_SECONDS + OPEN_LOOP_SECONDS)) + 1;
+  const bodiesFile = `${phase.tmp}/open-loop-bodies.txt`;
+  const lines: string[] = [];
+  for (let first = 0; first < count; first += SIGNING_BATCH) {
+    const size = Math.min(SIGNING_BATCH, count - first);
+    lines.push(
+      ...await Promise.all(Array.from({ length: size }, () => signedNotificationBody(signer))),
+    );
+  }
+  await Deno.writeTextFile(bodiesFile, lines.join("\n") + "\n");
+  const [{ now: since }] = await sql`SELECT now() AS now`;
+  const [{ n: eventsBefore }] = await sql`SELECT count(*)::int AS n FROM events`;
+  const atSinkBefore = (await sinkStats(phase.sinkUrl)).valid;
+  progress(
+    `open loop: ${rate} notifications/s for ${OPEN_LOOP_WARMUP_SECONDS} s, then ` +
+      `${OPEN_LOOP_SECONDS} s measured (${count} signed)`,
+  );
+  const config = {
+    url: phase.url,
+    headers: {},
+    bodiesFile,
+    marker: RECEIPT_MARKER,
+    rate,
+    warmupSeconds: OPEN_LOOP_WARMUP_SECONDS,
+    seconds: OPEN_LOOP_SECONDS,
+    connections: OPEN_LOOP_CONNECTIONS,
+  };
+  const output = await new Deno.Command("taskset", {
+    args: [
+      "-c",
+      String(settings.loadCore),
+      "node",
+      `${ROOT}/bench/open_loop.mjs`,
+      JSON.stringify(config),
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const answeredAt = performance.now();
+  let backlogZeroMs: number | null = null;
+  const deadline = answeredAt + settings.drainSeconds * 1000;
+  while (performance.now() < deadline) {
+    const [{ n }] = await sql`SELECT count(*)::int AS n FROM deliveries WHERE status = 'pending'`;
+    if (n === 0) {
+      backlogZeroMs = performance.now() - answeredAt;
+      break;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `open_loop.mjs failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  const figures = JSON.parse(text);
+  const [{ events, delivered }] = await sql`
+    SELECT count(*)::int AS events,
+           (count(*) FILTER (WHERE d.status = 'delivered'))::int AS delivered
+    FROM events e JOIN deliveries d ON d.event_id = e.id
+    WHERE e.received_at > ${since}`;
+  const result: RelayOpenLoop = {
+    rate,
+    seconds: OPEN_LOOP_SECONDS,
+    requests: figures.requests,
+    good: figures.good,
+    bad: figures.bad,
+    firstWrong: figures.firstWrong,
+    receiverP50Ms: figures.p50Ms,
+    receiverP99Ms: figures.p99Ms,
+    receiverMaxMs: figures.maxMs,
+    sendLagP99Ms: figures.sendLagP99Ms,
+    lag: await queueLag(sql, since),
+    backlogZeroMs,
+    events,
+    delivered,
+    atSink: (await sinkStats(phase.sinkUrl)).valid - atSinkBefore,
+  };
+  progress(
+    `open loop: receiver p99 ${result.receiverP99Ms.toFixed(1)} ms, receipt to delivery p99 ` +
+      `${result.lag.p99Ms.toFixed(1)} ms, backlog zero ${
+        backlogZeroMs === null ? "not reached" : `${backlogZeroMs.toFixed(0)} ms`
+      } after the last answer; ${events} events (${eventsBefore} before)`,
+  );
+  return result;
 }
 
 /** Polls the queue until no delivery is pending, or `seconds` go by; says which. */
@@ -1002,7 +1184,13 @@ async function postgresBackends(sql: postgres.Sql): Promise<number[]> {
   return rows.map((row) => Number(row.pid));
 }
 
-/** Counts the service's log lines by `msg`, and its warnings and errors. */
+/**
+ * Warnings the bench's own configuration causes at boot, which are not problems of the run: its
+ * test root certificates (`STOREA_ROOT_CERTS`) and its callback sink on loopback over http.
+ */
+const EXPECTED_WARNINGS = new Set(["storea_root_certs_replace_pin", "callback_checks_relaxed"]);
+
+/** Counts the service's log lines by `msg`, and its unexpected warnings and errors. */
 async function scanServiceLog(path: string): Promise<ServiceLog> {
   const scan: ServiceLog = {
     httpRequest: 0,
@@ -1020,7 +1208,9 @@ async function scanServiceLog(path: string): Promise<ServiceLog> {
     if (msg === "http_request") scan.httpRequest++;
     else if (msg === "notification_received") scan.notificationReceived++;
     else if (msg === "delivery_attempt") scan.deliveryAttempt++;
-    if (level === "warn" || level === "error" || level === "fatal") {
+    const problem = level === "error" || level === "fatal" ||
+      (level === "warn" && !EXPECTED_WARNINGS.has(msg));
+    if (problem) {
       scan.problems[msg] = (scan.problems[msg] ?? 0) + 1;
       if (scan.problemLines.length < 5) scan.problemLines.push(line);
     }
@@ -1051,6 +1241,19 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
           (target.firstWrong === null ? "" : `; first wrong answer: ${target.firstWrong}`),
       );
     }
+  }
+  const open = result.openLoop;
+  if (open.bad > 0 || open.good < open.requests) {
+    problems.push(
+      `open loop: ${open.bad} wrong answers, ${open.good} of ${open.requests} right` +
+        (open.firstWrong === null ? "" : `; first wrong answer: ${open.firstWrong}`),
+    );
+  }
+  if (open.delivered < open.events || open.atSink !== open.events) {
+    problems.push(
+      `open loop: ${open.events} events, ${open.delivered} delivered rows, ${open.atSink} valid ` +
+        "deliveries at the sink",
+    );
   }
   if (result.service.wrapped > 0) {
     problems.push(
