@@ -98,31 +98,9 @@ if (import.meta.main) {
   const seconds = Number(values.seconds ?? 3);
   const inFlight = values["in-flight"] ? Number(values["in-flight"]) : undefined;
   const rows: string[] = [];
-  const pg = await createDatabase();
-  try {
+  const measure = async (label: string, databaseUrl: string | null, dataDir: string) => {
     const db = await connectDatabase({
-      databaseUrl: pg.url,
-      dataDir: "",
-      poolSize: 10,
-      timeoutMs: 30_000,
-      shareEmbedded: false,
-    });
-    try {
-      const r = await benchEngine(db, seconds, inFlight);
-      rows.push(
-        `| PostgreSQL | ${r.single.toFixed(0)} | ${r.grouped.toFixed(0)} | ` +
-          `${(r.grouped / r.single).toFixed(2)}x | ${r.rowsPerStatement.toFixed(1)} |`,
-      );
-    } finally {
-      await db.close();
-    }
-  } finally {
-    await pg.drop();
-  }
-  const dataDir = await Deno.makeTempDir({ prefix: "purchase-relay-bench-ingest-" });
-  try {
-    const db = await connectDatabase({
-      databaseUrl: null,
+      databaseUrl,
       dataDir,
       poolSize: 10,
       timeoutMs: 30_000,
@@ -131,12 +109,22 @@ if (import.meta.main) {
     try {
       const r = await benchEngine(db, seconds, inFlight);
       rows.push(
-        `| embedded   | ${r.single.toFixed(0)} | ${r.grouped.toFixed(0)} | ` +
+        `| ${label} | ${r.single.toFixed(0)} | ${r.grouped.toFixed(0)} | ` +
           `${(r.grouped / r.single).toFixed(2)}x | ${r.rowsPerStatement.toFixed(1)} |`,
       );
     } finally {
       await db.close();
     }
+  };
+  const pg = await createDatabase();
+  try {
+    await measure("PostgreSQL", pg.url, "");
+  } finally {
+    await pg.drop();
+  }
+  const dataDir = await Deno.makeTempDir({ prefix: "purchase-relay-bench-ingest-" });
+  try {
+    await measure("embedded  ", null, dataDir);
   } finally {
     await Deno.remove(dataDir, { recursive: true }).catch(() => {});
   }

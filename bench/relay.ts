@@ -72,8 +72,8 @@ import {
   productionServiceEnv,
   type Progress,
   readMemory,
-  ROOT,
   runCli,
+  runOpenLoopGenerator,
   runWrk,
   type Server,
   setStoreaCredentials,
@@ -1026,17 +1026,16 @@ async function measureOpenLoop(
     seconds: OPEN_LOOP_SECONDS,
     connections: OPEN_LOOP_CONNECTIONS,
   };
-  const output = await new Deno.Command("taskset", {
-    args: [
-      "-c",
-      String(settings.loadCore),
-      "node",
-      `${ROOT}/bench/open_loop.mjs`,
-      JSON.stringify(config),
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
+  const figures = await runOpenLoopGenerator(settings.loadCore, config) as {
+    requests: number;
+    good: number;
+    bad: number;
+    firstWrong: string | null;
+    p50Ms: number;
+    p99Ms: number;
+    maxMs: number;
+    sendLagP99Ms: number;
+  };
   const answeredAt = performance.now();
   let backlogZeroMs: number | null = null;
   const deadline = answeredAt + settings.drainSeconds * 1000;
@@ -1048,13 +1047,6 @@ async function measureOpenLoop(
     }
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-  const text = new TextDecoder().decode(output.stdout);
-  if (!output.success) {
-    throw new Error(
-      `open_loop.mjs failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
-    );
-  }
-  const figures = JSON.parse(text);
   const [{ events, delivered }] = await sql`
     SELECT count(*)::int AS events,
            (count(*) FILTER (WHERE d.status = 'delivered'))::int AS delivered

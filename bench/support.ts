@@ -825,6 +825,28 @@ export function exitWithError(error: unknown): never {
   Deno.exit(1);
 }
 
+/**
+ * Runs `bench/open_loop.mjs` under Node, pinned to `loadCore`, with `config` (its module doc says
+ * what it takes), and returns the one JSON line it prints.
+ */
+export async function runOpenLoopGenerator(
+  loadCore: number,
+  config: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  const output = await new Deno.Command("taskset", {
+    args: ["-c", String(loadCore), "node", `${ROOT}/bench/open_loop.mjs`, JSON.stringify(config)],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `open_loop.mjs failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return JSON.parse(text);
+}
+
 /** Checks that `wrk` and `taskset` are installed; returns wrk's version. */
 export async function checkTools(): Promise<string> {
   let version = "unknown";

@@ -73,6 +73,7 @@ import {
   type Progress,
   ROOT,
   runCli,
+  runOpenLoopGenerator,
   runWrk,
   scanStdout,
   type Server,
@@ -895,24 +896,10 @@ async function measureOpenLoop(
       `${name}: ${rate} req/s for ${settings.warmupSeconds} s, then ` +
         `${settings.durationSeconds} s measured`,
     );
-    const output = await new Deno.Command("taskset", {
-      args: [
-        "-c",
-        String(settings.loadCore),
-        "node",
-        `${ROOT}/bench/open_loop.mjs`,
-        JSON.stringify(config),
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(output.stdout);
-    if (!output.success) {
-      throw new Error(
-        `open_loop.mjs failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
-      );
-    }
-    const result: OpenLoopFigures = { name, ...JSON.parse(text) };
+    const result = {
+      name,
+      ...await runOpenLoopGenerator(settings.loadCore, config),
+    } as OpenLoopFigures;
     progress(
       `${name}: open loop p50 ${result.p50Ms.toFixed(2)} ms, p99 ${result.p99Ms.toFixed(2)} ms, ` +
         `max ${result.maxMs.toFixed(1)} ms, send lag p99 ${result.sendLagP99Ms.toFixed(2)} ms, ` +
