@@ -22,7 +22,7 @@ function sourceFiles(dir: string): string[] {
   const files: string[] = [];
   for (const entry of Deno.readDirSync(new URL(`${dir}/`, ROOT))) {
     const path = `${dir}/${entry.name}`;
-    if (entry.isDirectory) files.push(...sourceFiles(path));
+    if (entry.isDirectory && entry.name !== "node_modules") files.push(...sourceFiles(path));
     else if (entry.isFile && entry.name.endsWith(".ts")) files.push(path);
   }
   return files.sort();
@@ -500,7 +500,8 @@ function ownTextFiles(): string[] {
   const walk = (dir: string): string[] =>
     [...Deno.readDirSync(new URL(`${dir}/`, ROOT))].flatMap((entry) => {
       const path = `${dir}/${entry.name}`;
-      if (entry.isDirectory) return walk(path);
+      // Packages a benchmark installs (bench/apple_node) are not the repository's text.
+      if (entry.isDirectory) return entry.name === "node_modules" ? [] : walk(path);
       return entry.isFile && extensions.test(entry.name) ? [path] : [];
     });
   const dirs = ["src", "simulators", "tests", "resilience", "bench", "scripts", "docs", "deploy"];
