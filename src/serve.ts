@@ -9,9 +9,11 @@ import type { Logger } from "./log.ts";
 import { newId } from "./ids.ts";
 import { internalErrorResponse } from "./http/server.ts";
 import { createApp } from "./app.ts";
+import { dropStrayWriteAfterEnd } from "./stray_rejections.ts";
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
+  using _strayRejections = dropStrayWriteAfterEnd(log);
   await using app = await createApp(config, log);
   const stopped = Promise.withResolvers<Deno.Signal>();
   const onSignal = (signal: Deno.Signal) => () => stopped.resolve(signal);

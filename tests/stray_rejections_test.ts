@@ -1,0 +1,53 @@
+/**
+ * The one stray rejection the service survives (src/stray_rejections.ts), checked in a process of
+ * its own: Deno ends a process on an unhandled rejection, which is what the guard must prevent for
+ * that rejection and only for it.
+ */
+import assert from "node:assert/strict";
+
+const MODULE = new URL("../src/stray_rejections.ts", import.meta.url).href;
+const LOG = new URL("../src/log.ts", import.meta.url).href;
+
+/** Runs a process that installs the guard, then leaves `rejection` unhandled. */
+async function leaveUnhandled(rejection: string) {
+  const script = `
+    import { dropStrayWriteAfterEnd } from "${MODULE}";
+    import { Logger } from "${LOG}";
+    using _guard = dropStrayWriteAfterEnd(new Logger());
+    ${rejection};
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    console.log("still running");
+  `;
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--quiet", script],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return {
+    code: output.code,
+    stdout: new TextDecoder().decode(output.stdout),
+    stderr: new TextDecoder().decode(output.stderr),
+  };
+}
+
+Deno.test("stray rejections: a write on a database socket the peer closed is logged, not fatal", async () => {
+  const run = await leaveUnhandled(`Promise.reject(Object.assign(
+    new Error("This socket has been ended by the other party"), { code: "EPIPE" }))`);
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, /"level":"warn","msg":"database_socket_closed_mid_write"/);
+  assert.match(run.stdout, /still running/);
+});
+
+Deno.test("stray rejections: any other unhandled rejection still ends the process", async () => {
+  for (
+    const rejection of [
+      `Promise.reject(new Error("This socket has been ended by the other party"))`,
+      `Promise.reject(Object.assign(new Error("something else"), { code: "EPIPE" }))`,
+      `Promise.reject("not an error")`,
+    ]
+  ) {
+    const run = await leaveUnhandled(rejection);
+    assert.notEqual(run.code, 0, rejection);
+    assert.doesNotMatch(run.stdout, /still running/, rejection);
+  }
+});
