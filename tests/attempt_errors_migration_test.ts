@@ -3,21 +3,14 @@
  * by earlier versions lose the query strings of the URLs they quote, and nothing else.
  */
 import assert from "node:assert/strict";
-import { connectDatabase } from "../src/db/connect.ts";
 import { migrate } from "../src/db/migrate.ts";
-import { freshDatabase } from "./helpers/service.ts";
+import { connectTestDatabase, freshDatabase } from "./helpers/service.ts";
 
 const MIGRATION = "0005_attempt_errors_without_url_secrets.sql";
 
 Deno.test("migration 0005: stored attempt errors keep their URLs without the query", async () => {
   const test = await freshDatabase();
-  const db = await connectDatabase({
-    databaseUrl: test.env.DATABASE_URL ?? null,
-    dataDir: test.dataDir,
-    poolSize: 1,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
+  const db = await connectTestDatabase(test, { poolSize: 1, migrated: false });
   try {
     const sql = db.sql;
     await migrate(sql);

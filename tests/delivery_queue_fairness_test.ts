@@ -6,8 +6,7 @@
  * of either engine.
  */
 import assert from "node:assert/strict";
-import { connectDatabase, type Database, type Sql } from "../src/db/connect.ts";
-import { migrate } from "../src/db/migrate.ts";
+import type { Database, Sql } from "../src/db/connect.ts";
 import {
   type AttemptResult,
   claimDueDeliveries,
@@ -16,21 +15,13 @@ import {
   recordAttempt,
   recordAttempts,
 } from "../src/delivery/queue.ts";
-import { freshDatabase, type TestDatabase } from "./helpers/service.ts";
+import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
 
 const LEASE_MS = 60_000;
 
 async function openQueue(): Promise<{ db: Database; test: TestDatabase }> {
   const test = await freshDatabase();
-  const db = await connectDatabase({
-    databaseUrl: test.env.DATABASE_URL ?? null,
-    dataDir: test.dataDir,
-    poolSize: 2,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
-  await migrate(db.sql);
-  return { db, test };
+  return { db: await connectTestDatabase(test), test };
 }
 
 let sequence = 0;

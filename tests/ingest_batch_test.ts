@@ -5,23 +5,14 @@
  * real database of either engine.
  */
 import assert from "node:assert/strict";
-import { connectDatabase, type Database } from "../src/db/connect.ts";
-import { migrate } from "../src/db/migrate.ts";
+import type { Database } from "../src/db/connect.ts";
 import { IngestBatcher } from "../src/events/ingest_batch.ts";
 import type { VerifiedNotification } from "../src/events/ingest.ts";
-import { freshDatabase, type TestDatabase } from "./helpers/service.ts";
+import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
 
 async function openDatabase(): Promise<{ db: Database; test: TestDatabase }> {
   const test = await freshDatabase();
-  const db = await connectDatabase({
-    databaseUrl: test.env.DATABASE_URL ?? null,
-    dataDir: test.dataDir,
-    poolSize: 4,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
-  await migrate(db.sql);
-  return { db, test };
+  return { db: await connectTestDatabase(test, { poolSize: 4 }), test };
 }
 
 function notification(tenantId: string, externalId: string): VerifiedNotification {

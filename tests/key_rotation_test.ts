@@ -8,8 +8,7 @@
 import assert from "node:assert/strict";
 import { readConfig } from "../src/config.ts";
 import { masterKeyId, sealedKeyId, SecretBox, SecretError } from "../src/crypto/secrets.ts";
-import { connectDatabase, type Database, type Sql } from "../src/db/connect.ts";
-import { migrate } from "../src/db/migrate.ts";
+import type { Sql } from "../src/db/connect.ts";
 import { insertTenant, loadDeliveryTarget, rotateWebhookSecret } from "../src/db/tenants.ts";
 import {
   loadCredentials,
@@ -26,6 +25,7 @@ import {
 import { resealSecrets, SEALED_COLUMNS, UnreadableSecretsError } from "../src/db/key_rotation.ts";
 import { SubjectHasher } from "../src/audit/subject_hash.ts";
 import {
+  connectTestDatabase,
   freshDatabase,
   runCli,
   TEST_ENCRYPTION_KEY,
@@ -137,18 +137,6 @@ Deno.test("config: ENCRYPTION_KEY_PREVIOUS", () => {
 // ---------------------------------------------------------------------------------------------
 // On a database
 
-async function openDatabase(test: TestDatabase): Promise<Database> {
-  const db = await connectDatabase({
-    databaseUrl: test.env.DATABASE_URL ?? null,
-    dataDir: test.dataDir,
-    poolSize: 2,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
-  await migrate(db.sql);
-  return db;
-}
-
 const PEM = "-----BEGIN PRIVATE KEY-----\nMIGHAgEA\n-----END PRIVATE KEY-----\n";
 const ACCOUNT = '{"type":"service_account","client_email":"a@b.iam.gserviceaccount.com"}';
 
@@ -211,7 +199,7 @@ async function sealedValues(sql: Sql): Promise<Record<string, string>> {
 
 Deno.test("key rotation: every secret is sealed again with the new key, and still opens", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     await seedUnderOldKey(db.sql);
     const rotation = await resealSecrets(db.sql, new SecretBox(NEW_KEY, OLD_KEY));
@@ -272,7 +260,7 @@ Deno.test("key rotation: every secret is sealed again with the new key, and stil
 
 Deno.test("key rotation: a value that opens with neither key stops it; nothing changes", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     await seedUnderOldKey(db.sql);
     // A secret left under a third key, and one copied from another tenant's row.
@@ -307,7 +295,7 @@ Deno.test("key rotation: a value that opens with neither key stops it; nothing c
 
 Deno.test("key rotation: every sealed column of the schema is re-sealed", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     await seedUnderOldKey(db.sql);
     await auditHashKey(db.sql, new SecretBox(OLD_KEY));
@@ -333,7 +321,7 @@ Deno.test("key rotation: every sealed column of the schema is re-sealed", async 
 Deno.test("encryption rotate-key: the CLI rotates from its environment, and refuses what it cannot", async () => {
   const test = await freshDatabase({ migrated: true });
   try {
-    const db = await openDatabase(test);
+    const db = await connectTestDatabase(test);
     try {
       await seedUnderOldKey(db.sql);
     } finally {
@@ -391,7 +379,7 @@ Deno.test("encryption rotate-key: the CLI rotates from its environment, and refu
     assert.equal(lookup.json.entries.length, 1, "the audit row from before the rotation");
 
     // A value that opens with neither key: SECRETS_UNREADABLE, naming it, and nothing changed.
-    const third = await openDatabase(test);
+    const third = await connectTestDatabase(test);
     try {
       await third.sql`UPDATE tenants SET webhook_secret_sealed =
         ${await new SecretBox(OTHER_KEY).seal("webhook-secret", "tenant_b", "whsec_b")}

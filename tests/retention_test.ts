@@ -6,34 +6,21 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { connectDatabase, type Database, type Sql } from "../src/db/connect.ts";
-import { migrate } from "../src/db/migrate.ts";
+import type { Sql } from "../src/db/connect.ts";
 import { pruneRelayHistory } from "../src/retention/relay_history.ts";
 import { pruneValidationAudit } from "../src/audit/validation_audit.ts";
 import {
+  connectTestDatabase,
   databaseOf,
   freshDatabase,
   runCli,
   startService,
   stopAndDrop,
-  type TestDatabase,
 } from "./helpers/service.ts";
 import { storeaCredentialArgs, writeStoreaKeyFile } from "./helpers/fixtures.ts";
 import { postJson } from "./helpers/relay.ts";
 import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
 import { StoreaSigner } from "../simulators/storea_signer.ts";
-
-async function openDatabase(test: TestDatabase): Promise<Database> {
-  const db = await connectDatabase({
-    databaseUrl: test.env.DATABASE_URL ?? null,
-    dataDir: test.dataDir,
-    poolSize: 2,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
-  await migrate(db.sql);
-  return db;
-}
 
 /** A delivery of `tenantId` with its event and `attempts` attempts, aged as told (in days). */
 async function delivery(
@@ -145,7 +132,7 @@ async function remaining(sql: Sql) {
 
 Deno.test("retention: old finished deliveries go with their attempts and events, nothing else", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     await seedMixedHistory(db.sql);
     // Batches of 2: the prune takes several, across both tenants.
@@ -175,7 +162,7 @@ Deno.test("retention: old finished deliveries go with their attempts and events,
 
 Deno.test("retention: 0 keeps everything, and a stopped prune says so", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     await seedMixedHistory(db.sql);
     const before = await remaining(db.sql);
@@ -199,17 +186,9 @@ Deno.test("retention: 0 keeps everything, and a stopped prune says so", async ()
 
 Deno.test("retention: prunes running at once share the rows and delete each once", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   // On PostgreSQL a second client, as another replica has; the embedded engine has one client.
-  const other = test.env.DATABASE_URL
-    ? await connectDatabase({
-      databaseUrl: test.env.DATABASE_URL,
-      dataDir: test.dataDir,
-      poolSize: 2,
-      timeoutMs: 30_000,
-      shareEmbedded: false,
-    })
-    : null;
+  const other = test.env.DATABASE_URL ? await connectTestDatabase(test, { migrated: false }) : null;
   try {
     const sql = db.sql;
     const tenantId = await tenant(sql, "tenant_a");
@@ -253,7 +232,7 @@ Deno.test("retention: prunes running at once share the rows and delete each once
 
 Deno.test("retention: the audit prune deletes old rows in batches", async () => {
   const test = await freshDatabase();
-  const db = await openDatabase(test);
+  const db = await connectTestDatabase(test);
   try {
     const tenantId = await tenant(db.sql, "tenant_a");
     await db.sql`
@@ -276,7 +255,7 @@ Deno.test("retention: the audit prune deletes old rows in batches", async () => 
 Deno.test("retention run: the CLI prunes with its configuration and prints what went", async () => {
   const test = await freshDatabase({ migrated: true });
   try {
-    const db = await openDatabase(test);
+    const db = await connectTestDatabase(test);
     try {
       await seedMixedHistory(db.sql);
       await db.sql`
@@ -334,7 +313,7 @@ Deno.test("retention: the service prunes at boot and says what went", async () =
   const test = await freshDatabase({ migrated: true });
   let service: Awaited<ReturnType<typeof startService>> | undefined;
   try {
-    const db = await openDatabase(test);
+    const db = await connectTestDatabase(test);
     try {
       await seedMixedHistory(db.sql);
     } finally {

@@ -7,6 +7,7 @@ import postgres from "postgres";
 import { join } from "node:path";
 import { serviceEnvironment, servicePermissions } from "../../src/permissions.ts";
 import { migrate } from "../../src/db/migrate.ts";
+import { connectDatabase, type Database } from "../../src/db/connect.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A fixed master key for tests (base64 of 32 bytes). */
@@ -34,6 +35,25 @@ export interface FreshDatabaseOptions {
    * database; an embedded one copied from a migrated template).
    */
   migrated?: boolean;
+}
+
+/**
+ * Opens `test`'s database in this process, as the service would, with `poolSize` connections;
+ * migrated unless `migrated` is false (for tests of a migration itself).
+ */
+export async function connectTestDatabase(
+  test: TestDatabase,
+  options: { poolSize?: number; migrated?: boolean } = {},
+): Promise<Database> {
+  const db = await connectDatabase({
+    databaseUrl: test.env.DATABASE_URL ?? null,
+    dataDir: test.dataDir,
+    poolSize: options.poolSize ?? 2,
+    timeoutMs: 30_000,
+    shareEmbedded: false,
+  });
+  if (options.migrated !== false) await migrate(db.sql);
+  return db;
 }
 
 /** Creates a database of its own: a PostgreSQL database, or a data directory (embedded). */
