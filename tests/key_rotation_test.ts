@@ -29,7 +29,6 @@ import {
   freshDatabase,
   runCli,
   TEST_ENCRYPTION_KEY,
-  type TestDatabase,
 } from "./helpers/service.ts";
 
 const OLD_KEY = Uint8Array.fromBase64(TEST_ENCRYPTION_KEY);
