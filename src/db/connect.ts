@@ -80,7 +80,7 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
   const listenAt = options.listenUrl
     ? { url: options.listenUrl, tls: postgresTls(options.listenUrl, "DATABASE_LISTEN_URL", ca) }
     : null;
-  const clientOptions = (tls: PostgresTls, max: number) => ({
+  const clientOptions = (tls: PostgresTls, max: number, preparedStatements = true) => ({
     max,
     connect_timeout: 5,
     idle_timeout: 60,
@@ -89,11 +89,15 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     ssl: tls.ssl,
     // Behind a transaction pooler the next transaction may run in another session, which does not
     // know a statement prepared in this one: send unnamed statements only.
-    prepare: pooler !== "transaction",
+    prepare: preparedStatements && pooler !== "transaction",
   });
   const sql = postgres(url, clientOptions(mainTls, options.poolSize));
+  // The dispatcher's statements are planned afresh at every run: their best plan depends on the
+  // queue's depth, and a prepared statement's generic plan, made while the queue was nearly
+  // empty, scans every pending delivery per claim once it is not (docs/architecture.md,
+  // "Queue statements and stale statistics").
   const dispatchSql = options.dispatchPoolSize
-    ? postgres(url, clientOptions(mainTls, options.dispatchPoolSize))
+    ? postgres(url, clientOptions(mainTls, options.dispatchPoolSize, false))
     : sql;
   // LISTEN needs a session of its own: DATABASE_LISTEN_URL when set, else DATABASE_URL.
   const listener = listenAt && postgres(listenAt.url, clientOptions(listenAt.tls, 1));

@@ -88,7 +88,11 @@ export interface ClaimShare {
  * Each tenant is probed on `deliveries_tenant_due`, a few rows however long its backlog. The
  * candidates are chosen without locks and then locked with `SKIP LOCKED`: two processes claiming
  * at once pick the same oldest rows of a tenant, so the one that loses gets fewer rather than
- * exceeding the cap. Deliveries of an inactive tenant are not claimed: they wait until it is
+ * exceeding the cap.
+ *
+ * Every step reads by index whatever the planner believes of the table (docs/architecture.md,
+ * "Queue statements and stale statistics"): the leases are counted by an ordered scan that stops
+ * at the cap, and each candidate is locked by its primary key. Deliveries of an inactive tenant are not claimed: they wait until it is
  * activated (docs/operations.md, "Inactive tenants").
  *
  * The cap and the turns live in this statement, so a claim of any size keeps them; anything
@@ -104,9 +108,16 @@ export async function claimDueDeliveries(
       FROM tenants t
       CROSS JOIN LATERAL (
         SELECT CASE WHEN t.delivery_failure_streak >= ${FAILING_CALLBACK_STREAK}
-                    THEN 1 ELSE ${claim.tenantCap}::int END
-               - (SELECT count(*)::int FROM deliveries l
-                  WHERE l.tenant_id = t.id AND l.lease_expires_at > now()) AS free
+                    THEN 1 ELSE ${claim.tenantCap}::int END AS cap
+      ) tenant
+      CROSS JOIN LATERAL (
+        SELECT tenant.cap - count(*)::int AS free
+        FROM (
+          SELECT 1 FROM deliveries l
+          WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
+          ORDER BY l.lease_expires_at
+          LIMIT tenant.cap
+        ) held
       ) slots
       CROSS JOIN LATERAL (
         SELECT due.id, due.next_attempt_at,
@@ -124,13 +135,16 @@ export async function claimDueDeliveries(
       ) c
       WHERE t.active
     ), chosen AS (
-      SELECT d.id
-      FROM deliveries d
-      WHERE d.id IN (
-          SELECT id FROM candidates ORDER BY turn, next_attempt_at, id LIMIT ${claim.limit})
-        AND d.status = 'pending'
-        AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
-      FOR UPDATE OF d SKIP LOCKED
+      SELECT locked.id
+      FROM (SELECT id FROM candidates ORDER BY turn, next_attempt_at, id LIMIT ${claim.limit}) pick
+      CROSS JOIN LATERAL (
+        SELECT d.id
+        FROM deliveries d
+        WHERE d.id = pick.id
+          AND d.status = 'pending'
+          AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+        FOR UPDATE SKIP LOCKED
+      ) locked
     )
     UPDATE deliveries d
     SET lease_owner = ${claim.owner},
