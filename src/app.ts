@@ -122,8 +122,8 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   stack.defer(() => authenticator.stop());
   const dispatcher = await startDispatcher(db, box, config, log, stack);
   // Receivers share group commits: many notifications per transaction (docs/architecture.md,
-  // "Group-commit ingest").
-  const ingestBatcher = new IngestBatcher(db.sql);
+  // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
+  const ingestBatcher = new IngestBatcher(db.sql, { handOver: dispatcher.handOver });
   startEventRetention(db, config, log, stack);
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {

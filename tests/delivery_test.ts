@@ -372,6 +372,40 @@ Deno.test("delivery: shutdown lets an attempt in flight finish and records it", 
   }
 });
 
+Deno.test("delivery: after a 2xx, the next first attempt is handed over, not claimed", async () => {
+  const relay = await startRelay({ LOG_LEVEL: "info" });
+  const sql = databaseOf(relay.service);
+  const received = async (eventId: string) =>
+    (await relay.service.waitForLog((line) =>
+      line.msg === "notification_received" && line.eventId === eventId
+    )).handedOver;
+  try {
+    // A callback not heard from yet: the first delivery is claimed.
+    const first = await relay.notify();
+    assert.equal(await received(first), false);
+    await deliveryReaches(sql, first, "delivered");
+
+    const second = await relay.notify();
+    assert.equal(await received(second), true);
+    await deliveryReaches(sql, second, "delivered");
+    assert.equal(relay.receiver.accepted().length, 2);
+
+    // Still healthy when it arrives: handed over, and the callback answers 500 this time.
+    relay.receiver.script({ status: 500 });
+    const third = await relay.notify();
+    assert.equal(await received(third), true);
+    await eventually(async () => (await deliveryOf(sql, third)).attempts === 1 || undefined);
+    // The last answer was not a 2xx: the next goes through a claim.
+    const fourth = await relay.notify();
+    assert.equal(await received(fourth), false);
+    await deliveryReaches(sql, fourth, "delivered");
+    await deliveryReaches(sql, third, "delivered");
+  } finally {
+    await sql.end();
+    await relay.close();
+  }
+});
+
 Deno.test("delivery: at most DELIVERY_CONCURRENCY attempts are in flight", async () => {
   const relay = await startRelay({ DELIVERY_CONCURRENCY: "2", DELIVERY_TIMEOUT: "5s" });
   const sql = databaseOf(relay.service);

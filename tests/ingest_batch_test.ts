@@ -1,12 +1,17 @@
 /**
  * Group-commit ingest (docs/architecture.md, "Group-commit ingest"): many notifications per
  * statement, each answered only after its row is committed, duplicates inside a batch and across
- * batches answered with the first event id, and one bad row failing only its own caller. Run on a
- * real database of either engine.
+ * batches answered with the first event id, and one bad row failing only its own caller; new
+ * deliveries handed to the dispatcher leased, only within the tenant's cap (docs/architecture.md,
+ * "Handing over the first attempt"). Run on a real database of either engine.
  */
 import assert from "node:assert/strict";
 import type { Database } from "../src/db/connect.ts";
-import { IngestBatcher } from "../src/events/ingest_batch.ts";
+import {
+  type DeliveryHandOver,
+  type HandedOverDelivery,
+  IngestBatcher,
+} from "../src/events/ingest_batch.ts";
 import type { VerifiedNotification } from "../src/events/ingest.ts";
 import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
 
@@ -57,6 +62,7 @@ Deno.test("ingest batch: one statement stores many; duplicates answer with the f
         isNew: false,
         enqueuedDelivery: false,
         deliveryId: null,
+        handedOver: false,
       });
     }
     const other = receipts[42];
@@ -120,6 +126,122 @@ Deno.test("ingest batch: one bad row fails only its caller", async () => {
       const [row] = await sql`SELECT id FROM events WHERE id = ${outcome.value.eventId}`;
       assert.ok(row);
     }
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+/** A hand-over that reserves for the tenants it is told to, and records what it was given. */
+class RecordingHandOver implements DeliveryHandOver {
+  readonly owner = "dispatcher_test";
+  readonly leaseMs = 60_000;
+  readonly tenantCap = 3;
+  reserved = 0;
+  released: string[] = [];
+  started: HandedOverDelivery[] = [];
+  constructor(readonly reserveFor: Set<string>) {}
+  reserve(tenantId: string): boolean {
+    if (!this.reserveFor.has(tenantId)) return false;
+    this.reserved++;
+    return true;
+  }
+  release(tenantId: string): void {
+    this.released.push(tenantId);
+  }
+  start(delivery: HandedOverDelivery): void {
+    this.started.push(delivery);
+  }
+}
+
+Deno.test("ingest batch: new deliveries are handed over leased, within the tenant's cap", async (t) => {
+  const { db, test } = await openDatabase();
+  const sql = db.sql;
+  try {
+    await sql`INSERT INTO tenants (id, name, active, callback_url, webhook_secret_sealed)
+      VALUES ('healthy', 'h', true, 'https://example.com/h', 'sealed-h'),
+             ('at_cap', 'c', true, 'https://example.com/c', 'sealed-c'),
+             ('failing', 'f', true, 'https://example.com/f', 'sealed-f'),
+             ('waiting', 'w', true, 'https://example.com/w', 'sealed-w'),
+             ('asleep', 'a', false, 'https://example.com/a', 'sealed-a'),
+             ('nowhere', 'n', true, NULL, NULL)`;
+    await sql`UPDATE tenants SET delivery_failure_streak = 1 WHERE id = 'failing'`;
+    // Two leases held elsewhere: one slot of three left.
+    await sql`
+      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
+      SELECT 'evt_' || k, t, 'storea', 'old-' || k, 'renewal', 'DID_RENEW', '{}'
+      FROM (VALUES ('c1', 'at_cap'), ('c2', 'at_cap'), ('w1', 'waiting')) AS v(k, t)`;
+    await sql`
+      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, lease_owner,
+                              lease_expires_at)
+      VALUES ('dlv_c1', 'evt_c1', 'at_cap', 'pending', now(), 'other', now() + interval '1 minute'),
+             ('dlv_c2', 'evt_c2', 'at_cap', 'pending', now(), 'other', now() + interval '1 minute'),
+             ('dlv_w1', 'evt_w1', 'waiting', 'pending', now() - interval '1 second', NULL, NULL)`;
+    const tenants = ["healthy", "at_cap", "failing", "waiting", "asleep", "nowhere"];
+    const handOver = new RecordingHandOver(new Set(tenants));
+    const batcher = new IngestBatcher(sql, { maxInFlight: 1, handOver });
+    // Held back by an unfinished statement, so that all of them go in the next one together.
+    const blocker = batcher.ingest(notification("healthy", "first"));
+    const sent = tenants.flatMap((tenant) =>
+      [1, 2].map((i) => notification(tenant, `${tenant}-${i}`))
+    );
+    sent.push(notification("healthy", "healthy-1"));
+    const [firstReceipt, ...receipts] = await Promise.all([
+      blocker,
+      ...sent.map((n) => batcher.ingest(n)),
+    ]);
+
+    await t.step("each reservation is either started or released, once", () => {
+      assert.equal(handOver.reserved, handOver.started.length + handOver.released.length);
+      assert.equal(handOver.reserved, 1 + 2 * tenants.length);
+    });
+
+    await t.step("a healthy tenant's deliveries are committed leased and handed over", async () => {
+      const handed = [firstReceipt, receipts[0], receipts[1]];
+      for (const receipt of handed) assert.equal(receipt.handedOver, true);
+      const started = handOver.started.filter((d) => d.tenantId === "healthy");
+      assert.deepEqual(started.map((d) => d.id).sort(), handed.map((r) => r.deliveryId).sort());
+      const delivery = started.find((d) => d.id === receipts[0].deliveryId)!;
+      assert.equal(delivery.eventId, receipts[0].eventId);
+      assert.equal(delivery.attempts, 0);
+      assert.equal(JSON.parse(delivery.payload).eventId, receipts[0].eventId);
+      assert.deepEqual(delivery.target, {
+        active: true,
+        callbackUrl: "https://example.com/h",
+        sealedSecrets: ["sealed-h"],
+      });
+      const rows = await sql`
+        SELECT lease_owner, lease_expires_at > now() + interval '50 seconds' AS leased
+        FROM deliveries WHERE tenant_id = 'healthy'`;
+      assert.deepEqual(rows.map((r) => ({ ...r })), [
+        { lease_owner: "dispatcher_test", leased: true },
+        { lease_owner: "dispatcher_test", leased: true },
+        { lease_owner: "dispatcher_test", leased: true },
+      ]);
+    });
+
+    await t.step("the duplicate in the batch is not handed over twice", () => {
+      const duplicate = receipts.at(-1)!;
+      assert.equal(duplicate.isNew, false);
+      assert.equal(duplicate.handedOver, false);
+    });
+
+    await t.step(
+      "at its cap, failing, with deliveries waiting, inactive or without a callback: claimed",
+      async () => {
+        const byTenant = (id: string) => handOver.started.filter((d) => d.tenantId === id).length;
+        // One slot left of three: the first of the two is handed over, the second waits.
+        assert.equal(byTenant("at_cap"), 1);
+        for (const id of ["failing", "waiting", "asleep", "nowhere"]) {
+          assert.equal(byTenant(id), 0, id);
+        }
+        const [{ unleased }] = await sql`
+        SELECT count(*)::int AS unleased FROM deliveries
+        WHERE lease_owner IS NULL AND id NOT IN ('dlv_w1')`;
+        // at_cap 1, failing 2, waiting 2, asleep 2, nowhere 2 (stored failed).
+        assert.equal(unleased, 9);
+      },
+    );
   } finally {
     await db.close();
     await test.drop();

@@ -17,7 +17,7 @@ export interface ReceiverDeps {
   credentialsOf: (tenantId: string) => Promise<TenantCredentials>;
   /** Stores the event and its delivery in one transaction. */
   ingest: (notification: VerifiedNotification) => Promise<Receipt>;
-  /** Called after a delivery was committed, for the immediate first attempt. */
+  /** Called after a delivery was committed unclaimed, for the immediate first attempt. */
   onEnqueued: () => void;
 }
 
@@ -48,7 +48,8 @@ export async function receiptResponse(
     return receipt;
   });
   recordNotification(tenantId, source, entry.event, receipt.isNew);
-  if (receipt.enqueuedDelivery) deps.onEnqueued();
+  // A delivery handed over is already being sent; any other is claimed by the kick.
+  if (receipt.enqueuedDelivery && !receipt.handedOver) deps.onEnqueued();
   deps.log.info("notification_received", {
     reqId: context.reqId,
     tenantId: notification.tenantId,
@@ -59,6 +60,7 @@ export async function receiptResponse(
     platformEvent: notification.entry.platformEvent,
     isNew: receipt.isNew,
     enqueuedDelivery: receipt.enqueuedDelivery,
+    handedOver: receipt.handedOver,
   });
   return jsonResponse(200, {
     eventId: receipt.eventId,

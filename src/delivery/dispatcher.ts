@@ -13,6 +13,9 @@
  *   `tenantConcurrency` leases at once (one while its callback keeps failing), and each claim
  *   interleaves tenants (see `claimDueDeliveries`), so one tenant's broken callback or backlog
  *   does not hold up another's deliveries.
+ * - A receiver's batch may hand a new delivery straight to `handOver`: committed leased to this
+ *   process, its first attempt starts without a claim (docs/architecture.md, "Handing over the
+ *   first attempt").
  * - `stop()` stops claiming and waits for the attempts in flight.
  */
 import { withDeadline } from "../deadline.ts";
@@ -37,6 +40,7 @@ import { sendDelivery } from "./sender.ts";
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { CallbackConnections } from "./callback_client.ts";
 import { ATTR, recordDeliveryAttempt, withSpan } from "../telemetry.ts";
+import type { DeliveryHandOver } from "../events/ingest_batch.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;
@@ -53,6 +57,14 @@ const NEXT_DUE_INTERVAL_MS = 250;
 const RECORDS_IN_FLIGHT = 2;
 /** The most attempts recorded in one statement. */
 const RECORD_BATCH_ROWS = 500;
+/**
+ * A tenant is handed deliveries only while its callback's last answer here was a 2xx, at most
+ * this long ago: a callback that is new, slow or failing gets its deliveries through claims, which
+ * keep the tenant's cap exactly across processes.
+ */
+const HAND_OVER_HEALTHY_MS = 10_000;
+/** The most tenants whose last good answer is remembered. */
+const HEALTHY_TENANTS_SIZE = 10_000;
 
 /** What the dispatcher needs. */
 export interface DispatcherOptions {
@@ -93,6 +105,16 @@ export class Dispatcher {
   #recording = 0;
   /** When the next due time was last asked of the database. */
   #nextDueCheckedAt = 0;
+  /** Slots reserved by receivers' batches for deliveries they may hand over. */
+  #reserved = 0;
+  /** Attempts in flight and reservations, per tenant. */
+  #perTenant = new Map<string, number>();
+  /** When each tenant's callback last answered 2xx, while its last answer was a 2xx. */
+  #healthySince = new Map<string, number>();
+  /** The last claim filled every free slot: deliveries may be waiting, so none is handed over. */
+  #backlogged = false;
+  /** The receivers' side of the hand-over (see {@linkcode DeliveryHandOver}). */
+  readonly handOver: DeliveryHandOver;
   /** Recording statements run, and attempts they carried: for tests and benchmarks. */
   recordStatements = 0;
   recordedAttempts = 0;
@@ -101,6 +123,59 @@ export class Dispatcher {
     this.#options = options;
     // Longer than any attempt (the timeout bounds it), with room for recording it.
     this.#leaseMs = 2 * options.timeoutMs + 5_000;
+    this.handOver = {
+      owner: this.owner,
+      leaseMs: this.#leaseMs,
+      tenantCap: options.tenantConcurrency,
+      reserve: (tenantId) => this.#reserve(tenantId),
+      release: (tenantId) => this.#release(tenantId),
+      start: (delivery) => {
+        this.#release(delivery.tenantId);
+        if (this.#stopped) {
+          // Stopping: give the lease back, so another process sends it without waiting for it.
+          releaseClaim(this.#options.sql, delivery.id, this.owner).catch(() => {});
+          return;
+        }
+        this.#start(delivery);
+      },
+    };
+  }
+
+  #reserve(tenantId: string): boolean {
+    const { concurrency, tenantConcurrency } = this.#options;
+    const healthySince = this.#healthySince.get(tenantId);
+    if (
+      this.#stopped || this.#backlogged ||
+      this.#inFlight.size + this.#reserved >= concurrency ||
+      healthySince === undefined || Date.now() - healthySince > HAND_OVER_HEALTHY_MS ||
+      (this.#perTenant.get(tenantId) ?? 0) >= tenantConcurrency
+    ) {
+      return false;
+    }
+    this.#reserved++;
+    this.#countTenant(tenantId, 1);
+    return true;
+  }
+
+  #release(tenantId: string): void {
+    this.#reserved--;
+    this.#countTenant(tenantId, -1);
+  }
+
+  #countTenant(tenantId: string, change: number): void {
+    const count = (this.#perTenant.get(tenantId) ?? 0) + change;
+    if (count > 0) this.#perTenant.set(tenantId, count);
+    else this.#perTenant.delete(tenantId);
+  }
+
+  /** Remembers whether the tenant's callback just answered 2xx, for {@linkcode #reserve}. */
+  #noteAnswer(tenantId: string, delivered: boolean): void {
+    this.#healthySince.delete(tenantId);
+    if (!delivered) return;
+    if (this.#healthySince.size >= HEALTHY_TENANTS_SIZE) {
+      this.#healthySince.delete(this.#healthySince.keys().next().value!);
+    }
+    this.#healthySince.set(tenantId, Date.now());
   }
 
   /** Attempts in flight now. */
@@ -158,7 +233,7 @@ export class Dispatcher {
 
   async #claimWhileFree(): Promise<void> {
     while (!this.#stopped) {
-      const free = this.#options.concurrency - this.#inFlight.size;
+      const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
       if (free <= 0) return; // a finishing attempt pumps again
       const claimed = await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
         const claimed = await claimDueDeliveries(this.#options.sql, {
@@ -171,6 +246,7 @@ export class Dispatcher {
         return claimed;
       });
       for (const delivery of claimed) this.#start(delivery);
+      this.#backlogged = claimed.length === free;
       if (claimed.length < free) return;
     }
   }
@@ -185,9 +261,11 @@ export class Dispatcher {
       });
     }).finally(() => {
       this.#inFlight.delete(attempt);
+      this.#countTenant(delivery.tenantId, -1);
       this.#pump();
     });
     this.#inFlight.add(attempt);
+    this.#countTenant(delivery.tenantId, 1);
   }
 
   #attempt(delivery: ClaimedDelivery): Promise<void> {
@@ -239,6 +317,7 @@ export class Dispatcher {
       connections: this.#connections,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
+    this.#noteAnswer(delivery.tenantId, verdict.status === "delivered");
     const recorded = await withSpan(
       "purchase_relay.delivery.record",
       { [ATTR.deliveryId]: delivery.id },

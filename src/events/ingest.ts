@@ -31,6 +31,12 @@ export interface Receipt {
   isNew: boolean;
   enqueuedDelivery: boolean;
   deliveryId: string | null;
+  /**
+   * The delivery was committed leased to this process's dispatcher, which was handed its first
+   * attempt in memory: nothing needs to claim it (docs/architecture.md, "Handing over the first
+   * attempt").
+   */
+  handedOver: boolean;
 }
 
 /** Why a delivery was stored as failed at once: there was nowhere to send it. */
@@ -102,11 +108,30 @@ export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promis
     SELECT (SELECT status FROM delivery) AS status`;
   if (stored.status !== null) {
     const enqueued = stored.status === "pending";
-    return { eventId, externalId, isNew: true, enqueuedDelivery: enqueued, deliveryId };
+    return {
+      eventId,
+      externalId,
+      isNew: true,
+      enqueuedDelivery: enqueued,
+      deliveryId,
+      handedOver: false,
+    };
   }
   // A duplicate answers with the first receipt's event id and creates nothing.
   const [first] = await sql`
     SELECT id FROM events
     WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;
-  return { eventId: first.id, externalId, isNew: false, enqueuedDelivery: false, deliveryId: null };
+  return duplicateReceipt(first.id, externalId);
+}
+
+/** The receipt of a duplicate: the first receipt's event id, nothing created. */
+export function duplicateReceipt(eventId: string, externalId: string): Receipt {
+  return {
+    eventId,
+    externalId,
+    isNew: false,
+    enqueuedDelivery: false,
+    deliveryId: null,
+    handedOver: false,
+  };
 }

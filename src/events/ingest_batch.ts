@@ -10,9 +10,13 @@
  * - Rows are inserted in key order, so two batches (of two replicas) never wait on each other's
  *   unique keys in opposite orders.
  * - A batch statement that fails is retried row by row, so one bad row fails only its request.
+ * - With a {@linkcode DeliveryHandOver}, a new delivery can be committed leased to this process's
+ *   dispatcher and its first attempt started at once, without a claim (docs/architecture.md,
+ *   "Handing over the first attempt").
  */
 import type { Sql } from "../db/connect.ts";
 import {
+  duplicateReceipt,
   ingestPrepared,
   NO_CALLBACK_ERROR,
   type PreparedIngest,
@@ -38,6 +42,42 @@ export const INGEST_BATCH_DEFAULTS: IngestBatchOptions = {
   maxInFlight: 2,
 };
 
+/** A delivery committed leased to the dispatcher, with what its first attempt needs. */
+export interface HandedOverDelivery {
+  id: string;
+  eventId: string;
+  tenantId: string;
+  event: string;
+  attempts: 0;
+  payload: string;
+  receivedAt: Date;
+  /** The tenant's target as the statement read it, its secrets still sealed. */
+  target: { active: boolean; callbackUrl: string | null; sealedSecrets: string[] };
+}
+
+/**
+ * The dispatcher's side of a hand-over. A batch reserves a slot per new delivery it may hand
+ * over; the statement leases a delivery only within the tenant's cap, counted as a claim counts
+ * it, and only while the tenant's callback is healthy and nothing of the tenant's is waiting;
+ * after the commit, each reservation is either started or released.
+ */
+export interface DeliveryHandOver {
+  /** The lease's owner, and its length. */
+  readonly owner: string;
+  readonly leaseMs: number;
+  /** The most leases one tenant may hold at once, across every process. */
+  readonly tenantCap: number;
+  /** Reserves a slot for a new delivery of `tenantId`; false when it should be claimed instead. */
+  reserve(tenantId: string): boolean;
+  /** Gives back a reservation whose delivery was not handed over. */
+  release(tenantId: string): void;
+  /** Starts the first attempt of a delivery committed with the lease, using its reservation. */
+  start(delivery: HandedOverDelivery): void;
+}
+
+/** A callback that failed this many times in a row is not handed deliveries (queue.ts's streak). */
+const HEALTHY_STREAK = 0;
+
 interface Waiter {
   resolve: (receipt: Receipt) => void;
   reject: (error: unknown) => void;
@@ -58,13 +98,20 @@ export class IngestBatcher {
   /** Queued or in-flight notifications by deduplication key. */
   #byKey = new Map<string, Pending>();
   #inFlight = 0;
-  /** Statements run, and rows they carried: for tests and benchmarks. */
+  #handOver: DeliveryHandOver | null;
+  /** Statements run, rows they carried, and deliveries handed over: for tests and benchmarks. */
   batches = 0;
   rows = 0;
+  handedOver = 0;
 
-  constructor(sql: Sql, options: Partial<IngestBatchOptions> = {}) {
+  constructor(
+    sql: Sql,
+    options: Partial<IngestBatchOptions> & { handOver?: DeliveryHandOver } = {},
+  ) {
     this.#sql = sql;
-    this.#options = { ...INGEST_BATCH_DEFAULTS, ...options };
+    const { handOver, ...bounds } = options;
+    this.#options = { ...INGEST_BATCH_DEFAULTS, ...bounds };
+    this.#handOver = handOver ?? null;
   }
 
   /** Stores `notification` with its delivery, resolving after the commit. */
@@ -134,13 +181,7 @@ export class IngestBatcher {
       }
       first.resolve(outcome);
       for (const duplicate of duplicates) {
-        duplicate.resolve({
-          eventId: outcome.eventId,
-          externalId: outcome.externalId,
-          isNew: false,
-          enqueuedDelivery: false,
-          deliveryId: null,
-        });
+        duplicate.resolve(duplicateReceipt(outcome.eventId, outcome.externalId));
       }
     }
   }
@@ -151,8 +192,35 @@ export class IngestBatcher {
    * statement fails, none or the unresolved duplicates otherwise.
    */
   async #insertBatch(batch: Pending[], receipts: Map<Pending, Receipt | { error: unknown }>) {
-    const sql = this.#sql;
     const rows = [...batch].sort((a, b) => a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+    // Each reserved row's rank among the tenant's reserved rows, counted against its free slots.
+    const handOver = this.#handOver;
+    const ranks = new Map<string, number>();
+    const rankOf = rows.map(({ prepared: { notification: { tenantId } } }) => {
+      if (handOver === null || !handOver.reserve(tenantId)) return null;
+      const rank = (ranks.get(tenantId) ?? 0) + 1;
+      ranks.set(tenantId, rank);
+      return rank;
+    });
+    const handed = new Set<number>();
+    try {
+      return await this.#insertRows(rows, rankOf, handed, receipts);
+    } finally {
+      rows.forEach((pending, ord) => {
+        if (rankOf[ord] === null || handed.has(ord)) return;
+        handOver!.release(pending.prepared.notification.tenantId);
+      });
+    }
+  }
+
+  async #insertRows(
+    rows: Pending[],
+    rankOf: (number | null)[],
+    handed: Set<number>,
+    receipts: Map<Pending, Receipt | { error: unknown }>,
+  ): Promise<Pending[]> {
+    const sql = this.#sql;
+    const handOver = this.#handOver;
     // One parameter per value (not arrays): a 16 KB payload is not escaped into an array literal.
     const values = rows.map(({ prepared: p }, ord) => [
       p.eventId,
@@ -165,13 +233,17 @@ export class IngestBatcher {
       p.receivedAt.toISOString(),
       p.deliveryId,
       String(ord),
+      // 0: not reserved (the values of a VALUES list cannot be null here).
+      String(rankOf[ord] ?? 0),
     ]);
     const stored = await sql`
       WITH input AS (
         SELECT id, tenant_id, source, external_id, event, platform_event, payload,
-               received_at::timestamptz AS received_at, delivery_id, ord::int AS ord
+               received_at::timestamptz AS received_at, delivery_id, ord::int AS ord,
+               hand_rank::int AS hand_rank
         FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
-                                          platform_event, payload, received_at, delivery_id, ord)
+                                          platform_event, payload, received_at, delivery_id, ord,
+                                          hand_rank)
       ), event AS (
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
                             received_at)
@@ -180,35 +252,81 @@ export class IngestBatcher {
         ON CONFLICT (tenant_id, source, external_id) DO NOTHING
         RETURNING id, tenant_id
       ), delivery AS (
-        INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error)
+        INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error,
+                                lease_owner, lease_expires_at)
         SELECT input.delivery_id, event.id, event.tenant_id,
                CASE WHEN t.callback_url IS NULL THEN 'failed' ELSE 'pending' END,
                CASE WHEN t.callback_url IS NULL THEN NULL ELSE input.received_at END,
-               CASE WHEN t.callback_url IS NULL THEN ${NO_CALLBACK_ERROR} END
+               CASE WHEN t.callback_url IS NULL THEN ${NO_CALLBACK_ERROR} END,
+               CASE WHEN hand.over THEN ${handOver?.owner ?? null}::text END,
+               CASE WHEN hand.over
+                    THEN now() + ${handOver?.leaseMs ?? 0} * interval '1 millisecond' END
         FROM event JOIN input ON input.id = event.id JOIN tenants t ON t.id = event.tenant_id
-        RETURNING event_id, status
+        -- The statement's snapshot does not see the rows it inserts: the leases and the waiting
+        -- deliveries counted here are those committed before it (see DeliveryHandOver).
+        CROSS JOIN LATERAL (
+          SELECT input.hand_rank > 0
+             AND t.active AND t.callback_url IS NOT NULL
+             AND t.delivery_failure_streak <= ${HEALTHY_STREAK}
+             AND input.hand_rank + (
+               SELECT count(*) FROM (
+                 SELECT 1 FROM deliveries l
+                 WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
+                 ORDER BY l.lease_expires_at
+                 LIMIT ${handOver?.tenantCap ?? 0}
+               ) held) <= ${handOver?.tenantCap ?? 0}
+             AND NOT EXISTS (
+               SELECT 1 FROM deliveries w
+               WHERE w.tenant_id = t.id AND w.status = 'pending'
+                 AND w.next_attempt_at <= now()
+                 AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())) AS over
+        ) hand
+        RETURNING event_id, tenant_id, status, lease_owner IS NOT NULL AS handed
       )
-      SELECT event_id, status FROM delivery`;
+      SELECT d.event_id, d.status, d.handed, t.active, t.callback_url, t.webhook_secret_sealed,
+             CASE WHEN t.previous_webhook_secret_expires_at > now()
+                  THEN t.previous_webhook_secret_sealed END AS previous_sealed
+      FROM delivery d JOIN tenants t ON t.id = d.tenant_id`;
     this.batches++;
     this.rows += rows.length;
-    const statusOf = new Map<string, string>();
-    for (const row of stored) statusOf.set(row.event_id, row.status);
+    const storedOf = new Map(stored.map((row) => [row.event_id as string, row]));
     const duplicates: Pending[] = [];
-    for (const pending of rows) {
-      const { eventId, deliveryId, notification } = pending.prepared;
-      const status = statusOf.get(eventId);
-      if (status === undefined) {
+    rows.forEach((pending, ord) => {
+      const { eventId, deliveryId, notification, payload, receivedAt } = pending.prepared;
+      const row = storedOf.get(eventId);
+      if (row === undefined) {
         duplicates.push(pending);
-        continue;
+        return;
+      }
+      if (row.handed) {
+        handed.add(ord);
+        this.handedOver++;
+        handOver!.start({
+          id: deliveryId,
+          eventId,
+          tenantId: notification.tenantId,
+          event: notification.entry.event,
+          attempts: 0,
+          payload,
+          receivedAt,
+          target: {
+            active: row.active,
+            callbackUrl: row.callback_url,
+            sealedSecrets: [row.webhook_secret_sealed, row.previous_sealed].filter((v) =>
+              v !== null
+            ),
+          },
+        });
       }
       receipts.set(pending, {
         eventId,
         externalId: notification.externalId,
         isNew: true,
-        enqueuedDelivery: status === "pending",
+        enqueuedDelivery: row.status === "pending",
         deliveryId,
+        handedOver: row.handed,
       });
-    }
+    });
     if (duplicates.length === 0) return [];
     // A duplicate answers with the first receipt's event id, committed before this statement or
     // beside it (ON CONFLICT waited for that one). From here on the batch is committed: a
@@ -239,13 +357,7 @@ export class IngestBatcher {
           unresolved.push(pending);
           continue;
         }
-        receipts.set(pending, {
-          eventId,
-          externalId: pending.prepared.notification.externalId,
-          isNew: false,
-          enqueuedDelivery: false,
-          deliveryId: null,
-        });
+        receipts.set(pending, duplicateReceipt(eventId, pending.prepared.notification.externalId));
       }
       return unresolved;
     } catch {
