@@ -37,7 +37,9 @@
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/relay.ts
  *
  * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
- * length of the runs (20 s and 5 s); `--notifications N` the number signed (48,000); `--drain S`
+ * length of the runs (20 s and 5 s); `--rounds N` runs it all N times, baselines included, and adds
+ * a table of each round's goal figures and their medians; `--notifications N` the number signed
+ * (48,000); `--drain S`
  * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
  * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
  * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
@@ -65,6 +67,7 @@ import {
   loadSettings,
   type Machine,
   measureLoad,
+  median,
   numberFlag,
   parseCheckedAnswers,
   parseWrk,
@@ -554,6 +557,55 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
         : ms(result.openLoop.backlogZeroMs),
     ],
   ]);
+}
+
+/**
+ * Runs the whole benchmark `rounds` times, each round with its own baselines, so every ratio is
+ * taken within one round and the rounds interleave service and baselines; see
+ * {@linkcode formatRelayRoundsTable} for the medians.
+ */
+export async function runRelayRounds(
+  options: RelayBenchmarkOptions,
+  rounds: number,
+): Promise<RelayBenchmarkResult[]> {
+  const results: RelayBenchmarkResult[] = [];
+  for (let round = 1; round <= rounds; round++) {
+    options.progress?.(`relay round ${round} of ${rounds}`);
+    results.push(await runRelayBenchmark(options));
+  }
+  return results;
+}
+
+/** Each round's goal figures, then their medians (each column's own median). */
+export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string {
+  const columns: { header: string; of: (r: RelayBenchmarkResult) => number; digits: number }[] = [
+    { header: "accepted/s", of: (r) => r.delivery.run.acceptedPerSecond, digits: 0 },
+    { header: "raw PostgreSQL tps", of: (r) => r.ingestBaseline.transactionsPerSecond, digits: 0 },
+    { header: "ingest ratio", of: (r) => r.ingestRatio, digits: 2 },
+    { header: "delivered/s at full load", of: (r) => r.delivery.run.deliveredPerSecond, digits: 0 },
+    { header: "drain/s", of: (r) => r.delivery.drain.perSecond, digits: 0 },
+    { header: "signed-POST loop/s", of: (r) => r.postLoop.perSecond, digits: 0 },
+    { header: "drain ratio", of: (r) => r.drainRatio, digits: 2 },
+    { header: "open loop/s", of: (r) => r.openLoop.rate, digits: 0 },
+    { header: "receiver p99 ms", of: (r) => r.openLoop.receiverP99Ms, digits: 1 },
+    { header: "receipt to delivery p99 ms", of: (r) => r.openLoop.lag.p99Ms, digits: 1 },
+    {
+      header: "backlog zero ms",
+      of: (r) => r.openLoop.backlogZeroMs ?? Infinity,
+      digits: 1,
+    },
+  ];
+  const cell = (value: number, digits: number) =>
+    Number.isFinite(value) ? value.toFixed(digits) : "not within the wait";
+  const rows = results.map((r, i) => [
+    String(i + 1),
+    ...columns.map((c) => cell(c.of(r), c.digits)),
+  ]);
+  rows.push([
+    "median",
+    ...columns.map((c) => cell(median(results.map(c.of)), c.digits)),
+  ]);
+  return formatTable([{ header: "round" }, ...columns.map((c) => ({ header: c.header }))], rows);
 }
 
 /** The deliveries, the CPU and the log, one line each. */
@@ -1323,7 +1375,12 @@ if (import.meta.main) {
   const { values, positionals } = parseArgs({
     args: Deno.args,
     allowPositionals: true,
-    options: { ...LOAD_FLAGS, notifications: { type: "string" }, drain: { type: "string" } },
+    options: {
+      ...LOAD_FLAGS,
+      notifications: { type: "string" },
+      drain: { type: "string" },
+      rounds: { type: "string" },
+    },
   });
   const print = (result: RelayBenchmarkResult) => {
     console.log("## POST /v1/webhooks/storea/:tenantId\n");
@@ -1338,13 +1395,13 @@ if (import.meta.main) {
     serveSink(Deno.env.get("SINK_SECRET") ?? "");
   } else {
     try {
-      print(
-        await runRelayBenchmark({
-          ...loadOptionsFromFlags(values),
-          notifications: numberFlag(values.notifications),
-          drainSeconds: numberFlag(values.drain),
-        }),
-      );
+      const results = await runRelayRounds({
+        ...loadOptionsFromFlags(values),
+        notifications: numberFlag(values.notifications),
+        drainSeconds: numberFlag(values.drain),
+      }, numberFlag(values.rounds) ?? 1);
+      print(results.at(-1)!);
+      if (results.length > 1) console.log(`\n${formatRelayRoundsTable(results)}`);
     } catch (error) {
       if (error instanceof RelayRunError) print(error.result);
       exitWithError(error);
