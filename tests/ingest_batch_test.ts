@@ -247,3 +247,39 @@ Deno.test("ingest batch: new deliveries are handed over leased, within the tenan
     await test.drop();
   }
 });
+
+Deno.test("ingest batch: a row that failed on its connection is tried once more", async () => {
+  const { db, test } = await openDatabase();
+  const sql = db.sql;
+  try {
+    await sql`INSERT INTO tenants (id, name, active, callback_url)
+      VALUES ('tenant_a', 'a', true, 'https://example.com/hook')`;
+    // The first two statements fail as on a connection whose socket the server closed during an
+    // outage: the batch, then the row alone. The third, the row's second try, reaches the database.
+    let broken = 2;
+    const afterOutage = new Proxy(sql, {
+      apply(target, self, args) {
+        const statement = Array.isArray(args[0]) && "raw" in args[0];
+        if (statement && broken-- > 0) {
+          const error = Object.assign(new Error("This socket has been ended by the other party"), {
+            code: "EPIPE",
+          });
+          return Promise.reject(error);
+        }
+        return Reflect.apply(target, self, args);
+      },
+    });
+    const batcher = new IngestBatcher(afterOutage, { maxInFlight: 1 });
+    const receipt = await batcher.ingest(notification("tenant_a", "after-outage"));
+    assert.equal(receipt.isNew, true);
+    const [{ count }] = await sql`SELECT count(*)::int AS count FROM events`;
+    assert.equal(count, 1);
+
+    // An error the database answered is final: no second try.
+    broken = 0;
+    await assert.rejects(batcher.ingest(notification("tenant_gone", "refused")), /foreign key/);
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});

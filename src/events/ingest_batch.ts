@@ -9,11 +9,13 @@
  *   its event id as duplicates; duplicates of an event already stored are found after the insert.
  * - Rows are inserted in key order, so two batches (of two replicas) never wait on each other's
  *   unique keys in opposite orders.
- * - A batch statement that fails is retried row by row, so one bad row fails only its request.
+ * - A batch statement that fails is retried row by row, so one bad row fails only its request; a
+ *   row that fails on its connection (not in the database) is tried once more.
  * - With a {@linkcode DeliveryHandOver}, a new delivery can be committed leased to this process's
  *   dispatcher and its first attempt started at once, without a claim (docs/architecture.md,
  *   "Handing over the first attempt").
  */
+import postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
 import {
   duplicateReceipt,
@@ -166,7 +168,7 @@ export class IngestBatcher {
     }
     await Promise.all(alone.map(async (pending) => {
       try {
-        receipts.set(pending, await ingestPrepared(this.#sql, pending.prepared));
+        receipts.set(pending, await this.#storeAlone(pending));
       } catch (error) {
         receipts.set(pending, { error });
       }
@@ -183,6 +185,22 @@ export class IngestBatcher {
       for (const duplicate of duplicates) {
         duplicate.resolve(duplicateReceipt(outcome.eventId, outcome.externalId));
       }
+    }
+  }
+
+  /**
+   * Stores one row on its own, trying a second time when the first failed on the connection
+   * rather than in the database: after an outage the pool can hold connections whose socket the
+   * server has closed, and the first statement on each fails without reaching the database. A
+   * second try is safe even if the first did commit: its `ON CONFLICT` finds that row and answers
+   * with its event id, as for a duplicate. An error the database answered is final.
+   */
+  async #storeAlone(pending: Pending): Promise<Receipt> {
+    try {
+      return await ingestPrepared(this.#sql, pending.prepared);
+    } catch (error) {
+      if (error instanceof postgres.PostgresError) throw error;
+      return await ingestPrepared(this.#sql, pending.prepared);
     }
   }
 
