@@ -254,19 +254,23 @@ Deno.test("ingest batch: a row that failed on its connection is tried once more"
   try {
     await sql`INSERT INTO tenants (id, name, active, callback_url)
       VALUES ('tenant_a', 'a', true, 'https://example.com/hook')`;
-    // The first two statements fail as on a connection whose socket the server closed during an
-    // outage: the batch, then the row alone. The third, the row's second try, reaches the database.
+    // The first two statements run fail as on a connection whose socket the server closed during
+    // an outage: the batch, then the row alone. The third, the row's second try, reaches the
+    // database. A statement runs when awaited; fragments built into one are never awaited.
     let broken = 2;
     const afterOutage = new Proxy(sql, {
       apply(target, self, args) {
-        const statement = Array.isArray(args[0]) && "raw" in args[0];
-        if (statement && broken-- > 0) {
+        const query = Reflect.apply(target, self, args);
+        if (!(Array.isArray(args[0]) && "raw" in args[0])) return query;
+        const run = query.then.bind(query);
+        query.then = (ok: never, fail: never) => {
+          if (broken-- <= 0) return run(ok, fail);
           const error = Object.assign(new Error("This socket has been ended by the other party"), {
             code: "EPIPE",
           });
-          return Promise.reject(error);
-        }
-        return Reflect.apply(target, self, args);
+          return Promise.reject(error).then(ok, fail);
+        };
+        return query;
       },
     });
     const batcher = new IngestBatcher(afterOutage, { maxInFlight: 1 });

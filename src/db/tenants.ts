@@ -1,4 +1,5 @@
 /** Tenants: their records, activation and callback settings. */
+import type postgres from "postgres";
 import type { Sql } from "./connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 
@@ -107,6 +108,49 @@ export interface DeliveryTarget {
   callbackUrl: string | null;
   /** The secrets to sign with: the current one, then the previous one during a rotation. */
   secrets: string[];
+}
+
+/**
+ * A tenant's delivery target as a statement that leases deliveries reads it, its secrets still
+ * sealed (the dispatcher opens them, once per sealed value).
+ */
+export interface SealedTarget {
+  active: boolean;
+  callbackUrl: string | null;
+  /** The current webhook secret, then the previous one while its grace period lasts. */
+  sealedSecrets: string[];
+}
+
+/** The columns {@linkcode sealedTargetOf} reads, of the tenant aliased `t` in the statement. */
+export function sealedTargetColumns(sql: Sql) {
+  return sql`t.active, t.callback_url, t.webhook_secret_sealed,
+             CASE WHEN t.previous_webhook_secret_expires_at > now()
+                  THEN t.previous_webhook_secret_sealed END AS previous_sealed`;
+}
+
+/** The target in a row that selected {@linkcode sealedTargetColumns}. */
+export function sealedTargetOf(row: postgres.Row): SealedTarget {
+  return {
+    active: row.active,
+    callbackUrl: row.callback_url,
+    sealedSecrets: [row.webhook_secret_sealed, row.previous_sealed].filter((v) => v !== null),
+  };
+}
+
+/**
+ * The leases a tenant (aliased `t`) holds now, whichever process holds them, counted up to `cap`
+ * (a number or an SQL expression): how every statement that leases deliveries counts them against
+ * the tenant's cap. The ordered scan that stops at the cap reads a few index entries however
+ * stale the statistics (docs/architecture.md, "Queue statements and stale statistics").
+ */
+export function leasesHeld(sql: Sql, cap: unknown) {
+  return sql`(
+    SELECT count(*)::int FROM (
+      SELECT 1 FROM deliveries l
+      WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
+      ORDER BY l.lease_expires_at
+      LIMIT ${cap as number}
+    ) held)`;
 }
 
 /** The delivery target of a tenant, or null when it does not exist. */

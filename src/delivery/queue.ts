@@ -5,6 +5,12 @@
  * the same delivery, and a dead process's claim is taken over once its lease ends.
  */
 import type { Sql } from "../db/connect.ts";
+import {
+  leasesHeld,
+  type SealedTarget,
+  sealedTargetColumns,
+  sealedTargetOf,
+} from "../db/tenants.ts";
 
 /** The channel on which a requeue wakes the dispatchers of every running process. */
 export const DELIVERY_QUEUE_CHANNEL = "purchase_relay_deliveries";
@@ -32,14 +38,6 @@ export interface ClaimedDelivery {
   receivedAt: Date;
   /** The tenant's delivery target as the claim read it, its secrets still sealed. */
   target: SealedTarget;
-}
-
-/** A tenant's delivery target as stored: see `loadDeliveryTarget` (src/db/tenants.ts). */
-export interface SealedTarget {
-  active: boolean;
-  callbackUrl: string | null;
-  /** The current webhook secret, then the previous one while its grace period lasts. */
-  sealedSecrets: string[];
 }
 
 /** What one attempt produced. */
@@ -92,11 +90,11 @@ export interface ClaimShare {
  *
  * Every step reads by index whatever the planner believes of the table (docs/architecture.md,
  * "Queue statements and stale statistics"): the leases are counted by an ordered scan that stops
- * at the cap, and each candidate is locked by its primary key. Deliveries of an inactive tenant are not claimed: they wait until it is
- * activated (docs/operations.md, "Inactive tenants").
+ * at the cap, and each candidate is locked by its primary key. Deliveries of an inactive tenant
+ * are not claimed: they wait until it is activated (docs/operations.md, "Inactive tenants").
  *
  * The cap and the turns live in this statement, so a claim of any size keeps them; anything
- * else that leases deliveries must count a tenant's leases the same way.
+ * else that leases deliveries counts a tenant's leases with the same `leasesHeld`.
  */
 export async function claimDueDeliveries(
   sql: Sql,
@@ -111,13 +109,7 @@ export async function claimDueDeliveries(
                     THEN 1 ELSE ${claim.tenantCap}::int END AS cap
       ) tenant
       CROSS JOIN LATERAL (
-        SELECT tenant.cap - count(*)::int AS free
-        FROM (
-          SELECT 1 FROM deliveries l
-          WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
-          ORDER BY l.lease_expires_at
-          LIMIT tenant.cap
-        ) held
+        SELECT tenant.cap - ${leasesHeld(sql, sql`tenant.cap`)} AS free
       ) slots
       CROSS JOIN LATERAL (
         SELECT due.id, due.next_attempt_at,
@@ -152,9 +144,7 @@ export async function claimDueDeliveries(
     FROM chosen, events e, tenants t
     WHERE d.id = chosen.id AND e.id = d.event_id AND t.id = d.tenant_id
     RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at,
-              t.active, t.callback_url, t.webhook_secret_sealed,
-              CASE WHEN t.previous_webhook_secret_expires_at > now()
-                   THEN t.previous_webhook_secret_sealed END AS previous_sealed`;
+              ${sealedTargetColumns(sql)}`;
   return rows.map((row) => ({
     id: row.id,
     eventId: row.event_id,
@@ -163,11 +153,7 @@ export async function claimDueDeliveries(
     attempts: row.attempts,
     payload: row.payload,
     receivedAt: new Date(row.received_at),
-    target: {
-      active: row.active,
-      callbackUrl: row.callback_url,
-      sealedSecrets: [row.webhook_secret_sealed, row.previous_sealed].filter((v) => v !== null),
-    },
+    target: sealedTargetOf(row),
   }));
 }
 

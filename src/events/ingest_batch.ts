@@ -18,6 +18,12 @@
 import postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
 import {
+  leasesHeld,
+  type SealedTarget,
+  sealedTargetColumns,
+  sealedTargetOf,
+} from "../db/tenants.ts";
+import {
   duplicateReceipt,
   ingestPrepared,
   NO_CALLBACK_ERROR,
@@ -54,7 +60,7 @@ export interface HandedOverDelivery {
   payload: string;
   receivedAt: Date;
   /** The tenant's target as the statement read it, its secrets still sealed. */
-  target: { active: boolean; callbackUrl: string | null; sealedSecrets: string[] };
+  target: SealedTarget;
 }
 
 /**
@@ -77,9 +83,6 @@ export interface DeliveryHandOver {
   start(delivery: HandedOverDelivery): void;
 }
 
-/** A callback that failed this many times in a row is not handed deliveries (queue.ts's streak). */
-const HEALTHY_STREAK = 0;
-
 interface Waiter {
   resolve: (receipt: Receipt) => void;
   reject: (error: unknown) => void;
@@ -101,10 +104,9 @@ export class IngestBatcher {
   #byKey = new Map<string, Pending>();
   #inFlight = 0;
   #handOver: DeliveryHandOver | null;
-  /** Statements run, rows they carried, and deliveries handed over: for tests and benchmarks. */
+  /** Statements run, and rows they carried: for tests and benchmarks. */
   batches = 0;
   rows = 0;
-  handedOver = 0;
 
   constructor(
     sql: Sql,
@@ -239,6 +241,7 @@ export class IngestBatcher {
   ): Promise<Pending[]> {
     const sql = this.#sql;
     const handOver = this.#handOver;
+    const cap = handOver?.tenantCap ?? 0;
     // One parameter per value (not arrays): a 16 KB payload is not escaped into an array literal.
     const values = rows.map(({ prepared: p }, ord) => [
       p.eventId,
@@ -285,14 +288,8 @@ export class IngestBatcher {
         CROSS JOIN LATERAL (
           SELECT input.hand_rank > 0
              AND t.active AND t.callback_url IS NOT NULL
-             AND t.delivery_failure_streak <= ${HEALTHY_STREAK}
-             AND input.hand_rank + (
-               SELECT count(*) FROM (
-                 SELECT 1 FROM deliveries l
-                 WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
-                 ORDER BY l.lease_expires_at
-                 LIMIT ${handOver?.tenantCap ?? 0}
-               ) held) <= ${handOver?.tenantCap ?? 0}
+             AND t.delivery_failure_streak = 0
+             AND input.hand_rank + ${leasesHeld(sql, cap)} <= ${cap}
              AND NOT EXISTS (
                SELECT 1 FROM deliveries w
                WHERE w.tenant_id = t.id AND w.status = 'pending'
@@ -301,9 +298,7 @@ export class IngestBatcher {
         ) hand
         RETURNING event_id, tenant_id, status, lease_owner IS NOT NULL AS handed
       )
-      SELECT d.event_id, d.status, d.handed, t.active, t.callback_url, t.webhook_secret_sealed,
-             CASE WHEN t.previous_webhook_secret_expires_at > now()
-                  THEN t.previous_webhook_secret_sealed END AS previous_sealed
+      SELECT d.event_id, d.status, d.handed, ${sealedTargetColumns(sql)}
       FROM delivery d JOIN tenants t ON t.id = d.tenant_id`;
     this.batches++;
     this.rows += rows.length;
@@ -318,7 +313,6 @@ export class IngestBatcher {
       }
       if (row.handed) {
         handed.add(ord);
-        this.handedOver++;
         handOver!.start({
           id: deliveryId,
           eventId,
@@ -327,13 +321,7 @@ export class IngestBatcher {
           attempts: 0,
           payload,
           receivedAt,
-          target: {
-            active: row.active,
-            callbackUrl: row.callback_url,
-            sealedSecrets: [row.webhook_secret_sealed, row.previous_sealed].filter((v) =>
-              v !== null
-            ),
-          },
+          target: sealedTargetOf(row),
         });
       }
       receipts.set(pending, {
