@@ -6,6 +6,7 @@
  * of either engine.
  */
 import assert from "node:assert/strict";
+import postgres from "postgres";
 import type { Database, Sql } from "../src/db/connect.ts";
 import {
   type AttemptResult,
@@ -15,7 +16,12 @@ import {
   recordAttempt,
   recordAttempts,
 } from "../src/delivery/queue.ts";
-import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
+import {
+  connectTestDatabase,
+  ENGINE,
+  freshDatabase,
+  type TestDatabase,
+} from "./helpers/service.ts";
 
 const LEASE_MS = 60_000;
 
@@ -224,6 +230,69 @@ Deno.test("delivery queue: a batch of attempts records each as one by one would"
       [ofBroken[7], "failed", 1, null, 1],
     ]);
   } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+Deno.test({
+  name: "delivery queue: a record counts from the streak another process just committed",
+  // Two connections at once: the embedded engine serves one.
+  ignore: ENGINE === "embedded",
+}, async () => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  // Another process's batch of 3 failures for the same tenant, holding the tenant's row.
+  const other = postgres(test.env.DATABASE_URL, { max: 2, onnotice: () => {} });
+  try {
+    const broken = await tenantWithBacklog(sql, "broken", 5);
+    const claimed = (await claim(sql, "owner-a", 100, 100)).map((d) => d.id).sort();
+    let commitOther!: () => void;
+    let otherHoldsRow!: () => void;
+    const rowHeld = new Promise<void>((resolve) => otherHoldsRow = resolve);
+    const otherBatch = other.begin(async (tx) => {
+      await tx`UPDATE tenants SET delivery_failure_streak = delivery_failure_streak + 3
+               WHERE id = ${broken}`;
+      otherHoldsRow();
+      await new Promise<void>((resolve) => commitOther = resolve);
+    });
+    await rowHeld;
+    const retry = { status: "pending" as const, nextAttemptAt: new Date(Date.now() + 60_000) };
+    // This batch takes its snapshot before the other commits, then waits for the row.
+    const batch = recordAttempts(
+      sql,
+      "owner-a",
+      claimed.slice(0, 4).map((deliveryId) => ({
+        deliveryId,
+        tenantId: broken,
+        result: failure(),
+        verdict: retry,
+      })),
+    );
+    const one = recordAttempt(sql, claimed[4], {
+      owner: "owner-a",
+      result: failure(),
+      verdict: retry,
+    });
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      const [{ waiting }] = await other`
+        SELECT count(*)::int AS waiting FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock'`;
+      if (waiting === 2) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    commitOther();
+    await otherBatch;
+    const streaks = [...(await batch).map((r) => r.failureStreak), (await one).failureStreak]
+      .sort((a, b) => a - b);
+    // Each failure after the other batch's 3 is counted once, so the 5th in a row is seen (and
+    // logged as the callback failing) exactly once, whichever statement records it.
+    assert.deepEqual(streaks, [4, 5, 6, 7, 8]);
+    const [tenant] = await sql`SELECT delivery_failure_streak FROM tenants WHERE id = ${broken}`;
+    assert.equal(tenant.delivery_failure_streak, 8);
+  } finally {
+    await other.end();
     await db.close();
     await test.drop();
   }

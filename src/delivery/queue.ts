@@ -221,6 +221,21 @@ export interface RecordedAttempt {
 }
 
 /**
+ * Locks the failure streaks of the tenants `ids` selects, in id order so two records lock them
+ * in one order, and reads each as it is now. The value must come from the lock, not from the
+ * statement's snapshot: when another process's record commits while this one waits for the row,
+ * the snapshot holds the streak from before that record, and counting on from it would skip
+ * the failure that says the callback is failing.
+ */
+function lockedStreaks(sql: Sql, ids: unknown) {
+  return sql`
+    SELECT id, delivery_failure_streak AS before FROM tenants
+    WHERE id IN ${ids as ReturnType<Sql>}
+    ORDER BY id
+    FOR UPDATE`;
+}
+
+/**
  * Records an attempt and moves the delivery to its next state, in one statement. The state
  * changes only while `owner` still holds the lease; the attempt is recorded either way, and so
  * is its effect on the tenant's failure streak (written only when it changes, so a healthy
@@ -255,15 +270,16 @@ export async function recordAttempt(
           updated_at = now()
       WHERE id = ${deliveryId} AND lease_owner = ${owner}
       RETURNING id
+    ), locked AS (
+      ${lockedStreaks(sql, sql`(SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})`)}
     ), streak AS (
       UPDATE tenants t
       SET delivery_failure_streak = CASE WHEN ${delivered}::boolean THEN 0
                                          ELSE t.delivery_failure_streak + 1 END
-      WHERE t.id = (SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})
+      FROM locked
+      WHERE t.id = locked.id
         AND (NOT ${delivered}::boolean OR t.delivery_failure_streak <> 0)
-      -- The statement's snapshot does not see its own update: this is the value before it.
-      RETURNING t.delivery_failure_streak AS now,
-                (SELECT delivery_failure_streak FROM tenants WHERE id = t.id) AS before
+      RETURNING t.delivery_failure_streak AS now, locked.before
     )
     SELECT (SELECT count(*)::int FROM moved) AS moved,
            (SELECT now FROM streak) AS streak,
@@ -434,8 +450,7 @@ export async function recordAttempts(
     }
     streaks.set(attempt.tenantId, streak);
   }
-  // Tenants in one order in every process, so two batches lock them in the same order.
-  const tenants = [...streaks.keys()].sort();
+  const tenants = [...streaks.keys()];
   const col = <T>(pick: (a: AttemptToRecord) => T) => attempts.map(pick);
   const iso = (date: Date | null) => date === null ? null : date.toISOString();
   // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
@@ -475,6 +490,8 @@ export async function recordAttempts(
       FROM input
       WHERE d.id = input.delivery_id AND d.lease_owner = ${owner}
       RETURNING d.id
+    ), locked AS (
+      ${lockedStreaks(sql, sql`(SELECT unnest(${tenants}::text[]))`)}
     ), streak AS (
       UPDATE tenants t
       SET delivery_failure_streak = CASE WHEN s.reset THEN s.add
@@ -487,10 +504,10 @@ export async function recordAttempts(
                              ${tenants.map((id) => String(streaks.get(id)!.add))}::text[]::int[])
           AS u(tenant_id, reset, add)
       ) s
+      JOIN locked ON locked.id = s.tenant_id
       WHERE t.id = s.tenant_id
         AND (s.add > 0 OR t.delivery_failure_streak <> 0)
-      -- The statement's snapshot does not see its own update: this is the value before it.
-      RETURNING t.id, (SELECT delivery_failure_streak FROM tenants WHERE id = t.id) AS before
+      RETURNING t.id, locked.before
     )
     SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
     UNION ALL
