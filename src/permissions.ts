@@ -125,6 +125,9 @@ export function executablePermissions(): string[] {
   });
 }
 
+/** V8's flags for a service on the embedded engine, chosen for its memory. */
+const EMBEDDED_V8_FLAGS: readonly string[] = ["--liftoff-only", "--max-semi-space-size=2"];
+
 function permissionFlags(scope: Scope): string[] {
   const variables = [...configVariables(), ...(scope.postgres ? POSTGRES_CLIENT_VARIABLES : [])];
   return [
@@ -145,9 +148,10 @@ function permissionFlags(scope: Scope): string[] {
     ...(scope.osUser ? ["--allow-sys=userInfo,uid,gid"] : []),
     ...pathFlag("--allow-ffi", scope.ffi ? [...LIBCRYPTO_PATHS] : []),
     // Not a permission: the embedded engine's WebAssembly stays on V8's baseline compiler, which
-    // saves it some 45 MB and CPU (docs/operations.md, "Embedded or PostgreSQL"). A service on
-    // PostgreSQL runs no WebAssembly and keeps V8's defaults.
-    ...(scope.embedded ? ["--v8-flags=--liftoff-only"] : []),
+    // saves it some 45 MB and CPU, and V8's young generation stays small, which saves 12 MB at
+    // no measured cost in time (docs/operations.md, "Embedded or PostgreSQL"). A service on
+    // PostgreSQL keeps V8's defaults.
+    ...(scope.embedded ? [`--v8-flags=${EMBEDDED_V8_FLAGS.join(",")}`] : []),
   ];
 }
 

@@ -105,7 +105,7 @@ Deno.test("permissions: the embedded engine in DATA_DIR, with a generated key", 
   assert.equal(reads.length, 4);
   assert.deepEqual(scopeOf(flags, "--allow-ffi"), [...LIBCRYPTO_PATHS]);
   assert.equal(scopeOf(flags, "--allow-sys"), null);
-  assert.ok(flags.includes("--v8-flags=--liftoff-only"));
+  assert.ok(flags.includes("--v8-flags=--liftoff-only,--max-semi-space-size=2"));
 });
 
 Deno.test("permissions: the default DATA_DIR is ./data, relative to where it runs", () => {
