@@ -1,6 +1,7 @@
 /**
  * A new embedded database starts from PGlite's initdb output shipped with the code,
- * `pglite_initdb.tar.gz` next to this module, instead of running initdb at its first boot: PGlite
+ * `pglite_initdb.tar.gz` next to this module (less the two template databases, see
+ * {@linkcode initdbDirectory}), instead of running initdb at its first boot: PGlite
  * runs initdb in a second PostgreSQL instance inside the process, which takes seconds and leaves
  * hundreds of MB resident (docs/operations.md, "Embedded or PostgreSQL"). The archive holds
  * initdb's output only; the schema still comes from the migrations, applied at boot as on
@@ -50,13 +51,28 @@ async function exists(path: string): Promise<boolean> {
 }
 
 /**
- * Runs PGlite's own first boot on the empty directory `dir`: its initdb, a start and a clean stop.
- * What it leaves is what the template must hold.
+ * Runs PGlite's own first boot on the empty directory `dir`: its initdb, a start and a clean stop,
+ * with the databases the service never opens dropped. What it leaves is what the template must
+ * hold.
+ *
+ * initdb makes three databases of some 300 files each: `postgres`, the one PGlite serves, and the
+ * templates `template0` and `template1`, which only `CREATE DATABASE` reads. One PGlite session
+ * never creates a database, and unpacking a file costs about 0.6 ms on a slow disk: without
+ * them a new `DATA_DIR` gets 371 files instead of 972, 0.35 s sooner.
  */
 export async function initdbDirectory(dir: string): Promise<void> {
   const { PGlite } = await import("@electric-sql/pglite");
   const db = await PGlite.create(dir);
-  await db.close();
+  try {
+    await db.exec(
+      "UPDATE pg_database SET datistemplate = false WHERE datname IN ('template0', 'template1')",
+    );
+    // One statement each: DROP DATABASE cannot run inside a transaction block.
+    await db.exec("DROP DATABASE template0");
+    await db.exec("DROP DATABASE template1");
+  } finally {
+    await db.close();
+  }
 }
 
 /** The template of the database in `dir`: every file and directory under it, sorted, gzipped. */
