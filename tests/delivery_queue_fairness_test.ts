@@ -297,3 +297,58 @@ Deno.test({
     await test.drop();
   }
 });
+
+Deno.test({
+  name: "delivery queue: a success that changes no streak does not wait for the tenant's row",
+  // Two connections at once: the embedded engine serves one.
+  ignore: ENGINE === "embedded",
+}, async () => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  const other = postgres(test.env.DATABASE_URL, { max: 2, onnotice: () => {} });
+  try {
+    const healthy = await tenantWithBacklog(sql, "healthy", 2);
+    const [first, second] = (await claim(sql, "owner-a", 100, 100)).map((d) => d.id).sort();
+    const success = { ...failure(), responseCode: 200 };
+    // Someone holds the healthy tenant's row (an operator's update, say) for a while.
+    let release!: () => void;
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => holding = resolve);
+    const holder = other.begin(async (tx) => {
+      await tx`SELECT 1 FROM tenants WHERE id = ${healthy} FOR UPDATE`;
+      holding();
+      await new Promise<void>((resolve) => release = resolve);
+    });
+    await held;
+    const timedOut = Symbol("timed out");
+    const within = <T>(work: Promise<T>) =>
+      Promise.race([
+        work,
+        new Promise<typeof timedOut>((r) => setTimeout(() => r(timedOut), 2_000)),
+      ]);
+    try {
+      const batch = await within(recordAttempts(sql, "owner-a", [{
+        deliveryId: first,
+        tenantId: healthy,
+        result: success,
+        verdict: { status: "delivered" },
+      }]));
+      const one = await within(
+        recordAttempt(sql, second, {
+          owner: "owner-a",
+          result: success,
+          verdict: { status: "delivered" },
+        }),
+      );
+      assert.notEqual(batch, timedOut, "a batch of successes waited for the tenant's row");
+      assert.notEqual(one, timedOut, "a success waited for the tenant's row");
+    } finally {
+      release();
+      await holder;
+    }
+  } finally {
+    await other.end();
+    await db.close();
+    await test.drop();
+  }
+});

@@ -221,21 +221,6 @@ export interface RecordedAttempt {
 }
 
 /**
- * Locks the failure streaks of the tenants `ids` selects, in id order so two records lock them
- * in one order, and reads each as it is now. The value must come from the lock, not from the
- * statement's snapshot: when another process's record commits while this one waits for the row,
- * the snapshot holds the streak from before that record, and counting on from it would skip
- * the failure that says the callback is failing.
- */
-function lockedStreaks(sql: Sql, ids: unknown) {
-  return sql`
-    SELECT id, delivery_failure_streak AS before FROM tenants
-    WHERE id IN ${ids as ReturnType<Sql>}
-    ORDER BY id
-    FOR UPDATE`;
-}
-
-/**
  * Records an attempt and moves the delivery to its next state, in one statement. The state
  * changes only while `owner` still holds the lease; the attempt is recorded either way, and so
  * is its effect on the tenant's failure streak (written only when it changes, so a healthy
@@ -271,14 +256,17 @@ export async function recordAttempt(
       WHERE id = ${deliveryId} AND lease_owner = ${owner}
       RETURNING id
     ), locked AS (
-      ${lockedStreaks(sql, sql`(SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})`)}
+      -- The streak as it is now, not as in the snapshot (see recordAttempts).
+      SELECT t.id, t.delivery_failure_streak AS before FROM tenants t
+      WHERE t.id = (SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})
+        AND (NOT ${delivered}::boolean OR t.delivery_failure_streak <> 0)
+      FOR UPDATE
     ), streak AS (
       UPDATE tenants t
       SET delivery_failure_streak = CASE WHEN ${delivered}::boolean THEN 0
                                          ELSE t.delivery_failure_streak + 1 END
       FROM locked
       WHERE t.id = locked.id
-        AND (NOT ${delivered}::boolean OR t.delivery_failure_streak <> 0)
       RETURNING t.delivery_failure_streak AS now, locked.before
     )
     SELECT (SELECT count(*)::int FROM moved) AS moved,
@@ -431,6 +419,12 @@ export interface AttemptToRecord {
  * turn: the state moves only where `owner` still holds the lease, every attempt is recorded, and
  * each tenant's failure streak becomes what the attempts, in order, make of it (written only when
  * it changes). Returns what each attempt did, in the order given.
+ *
+ * The streak counted on is the one the row lock reads, not the statement's snapshot: when another
+ * record commits while this one waits for the row, the snapshot still holds the streak from before
+ * it, and counting on from that would skip the failure that says the callback is failing. Only
+ * rows whose streak changes are locked (in id order, so two records lock them in one order): a
+ * healthy tenant's row is neither locked nor written at every delivery.
  */
 export async function recordAttempts(
   sql: Sql,
@@ -490,23 +484,25 @@ export async function recordAttempts(
       FROM input
       WHERE d.id = input.delivery_id AND d.lease_owner = ${owner}
       RETURNING d.id
-    ), locked AS (
-      ${lockedStreaks(sql, sql`(SELECT unnest(${tenants}::text[]))`)}
-    ), streak AS (
-      UPDATE tenants t
-      SET delivery_failure_streak = CASE WHEN s.reset THEN s.add
-                                         ELSE t.delivery_failure_streak + s.add END
-      FROM (
-        SELECT * FROM unnest(${tenants}::text[],
-                             ${
+    ), change AS (
+      SELECT * FROM unnest(${tenants}::text[],
+                           ${
     tenants.map((id) => String(streaks.get(id)!.reset))
   }::text[]::boolean[],
-                             ${tenants.map((id) => String(streaks.get(id)!.add))}::text[]::int[])
-          AS u(tenant_id, reset, add)
-      ) s
-      JOIN locked ON locked.id = s.tenant_id
-      WHERE t.id = s.tenant_id
-        AND (s.add > 0 OR t.delivery_failure_streak <> 0)
+                           ${tenants.map((id) => String(streaks.get(id)!.add))}::text[]::int[])
+        AS u(tenant_id, reset, add)
+    ), locked AS (
+      SELECT t.id, t.delivery_failure_streak AS before
+      FROM tenants t JOIN change c ON c.tenant_id = t.id
+      WHERE c.add > 0 OR t.delivery_failure_streak <> 0
+      ORDER BY t.id
+      FOR UPDATE OF t
+    ), streak AS (
+      UPDATE tenants t
+      SET delivery_failure_streak = CASE WHEN c.reset THEN c.add
+                                         ELSE t.delivery_failure_streak + c.add END
+      FROM change c JOIN locked ON locked.id = c.tenant_id
+      WHERE t.id = c.tenant_id
       RETURNING t.id, locked.before
     )
     SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
