@@ -138,8 +138,9 @@ Deno.test("delivery queue: a tenant whose callback keeps failing gets one slot",
     const streaks: number[] = [];
     for (let i = 0; i < FAILING_CALLBACK_STREAK; i++) {
       const [delivery] = await claim(sql, "owner", 1, 8);
-      const recorded = await recordAttempt(sql, delivery.id, {
-        owner: "owner",
+      const recorded = await recordAttempt(sql, "owner", {
+        deliveryId: delivery.id,
+        tenantId: failing,
         result: failure(),
         verdict: { status: "pending", nextAttemptAt: new Date(Date.now() + 3_600_000) },
       });
@@ -154,8 +155,9 @@ Deno.test("delivery queue: a tenant whose callback keeps failing gets one slot",
     assert.equal((await claim(sql, "owner", 100, 8)).length, 0);
 
     // The first success restores the full share.
-    const success = await recordAttempt(sql, claimed[0].id, {
-      owner: "owner",
+    const success = await recordAttempt(sql, "owner", {
+      deliveryId: claimed[0].id,
+      tenantId: failing,
       result: { ...failure(), responseCode: 200 },
       verdict: { status: "delivered" },
     });
@@ -235,6 +237,38 @@ Deno.test("delivery queue: a batch of attempts records each as one by one would"
   }
 });
 
+/**
+ * Runs `hold` in a transaction on a connection of its own (another process, say), which keeps
+ * the rows it locked while `run` runs; commits once `run` is done, and returns what it returned.
+ * `run` gets a second connection of that other process, outside its transaction.
+ */
+async function whileHeldElsewhere<T>(
+  test: TestDatabase,
+  hold: (tx: postgres.TransactionSql) => Promise<unknown>,
+  run: (other: postgres.Sql) => Promise<T>,
+): Promise<T> {
+  const other = postgres(test.env.DATABASE_URL, { max: 2, onnotice: () => {} });
+  try {
+    let commit!: () => void;
+    let held!: () => void;
+    const holding = new Promise<void>((resolve) => held = resolve);
+    const transaction = other.begin(async (tx) => {
+      await hold(tx);
+      held();
+      await new Promise<void>((resolve) => commit = resolve);
+    });
+    await holding;
+    try {
+      return await run(other);
+    } finally {
+      commit();
+      await transaction;
+    }
+  } finally {
+    await other.end();
+  }
+}
+
 Deno.test({
   name: "delivery queue: a record counts from the streak another process just committed",
   // Two connections at once: the embedded engine serves one.
@@ -242,48 +276,39 @@ Deno.test({
 }, async () => {
   const { db, test } = await openQueue();
   const sql = db.sql;
-  // Another process's batch of 3 failures for the same tenant, holding the tenant's row.
-  const other = postgres(test.env.DATABASE_URL, { max: 2, onnotice: () => {} });
   try {
     const broken = await tenantWithBacklog(sql, "broken", 5);
     const claimed = (await claim(sql, "owner-a", 100, 100)).map((d) => d.id).sort();
-    let commitOther!: () => void;
-    let otherHoldsRow!: () => void;
-    const rowHeld = new Promise<void>((resolve) => otherHoldsRow = resolve);
-    const otherBatch = other.begin(async (tx) => {
-      await tx`UPDATE tenants SET delivery_failure_streak = delivery_failure_streak + 3
-               WHERE id = ${broken}`;
-      otherHoldsRow();
-      await new Promise<void>((resolve) => commitOther = resolve);
-    });
-    await rowHeld;
     const retry = { status: "pending" as const, nextAttemptAt: new Date(Date.now() + 60_000) };
-    // This batch takes its snapshot before the other commits, then waits for the row.
-    const batch = recordAttempts(
-      sql,
-      "owner-a",
-      claimed.slice(0, 4).map((deliveryId) => ({
-        deliveryId,
-        tenantId: broken,
-        result: failure(),
-        verdict: retry,
-      })),
-    );
-    const one = recordAttempt(sql, claimed[4], {
-      owner: "owner-a",
+    const attempt = (deliveryId: string) => ({
+      deliveryId,
+      tenantId: broken,
       result: failure(),
       verdict: retry,
     });
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline) {
-      const [{ waiting }] = await other`
-        SELECT count(*)::int AS waiting FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock'`;
-      if (waiting === 2) break;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    commitOther();
-    await otherBatch;
+    // Another process's batch of 3 failures for the same tenant, holding the tenant's row.
+    const [batch, one] = await whileHeldElsewhere(
+      test,
+      (tx) =>
+        tx`UPDATE tenants SET delivery_failure_streak = delivery_failure_streak + 3
+           WHERE id = ${broken}`,
+      async (other) => {
+        // These take their snapshots before the other commits, then wait for the row.
+        const recording = [
+          recordAttempts(sql, "owner-a", claimed.slice(0, 4).map(attempt)),
+          recordAttempt(sql, "owner-a", attempt(claimed[4])),
+        ] as const;
+        const deadline = Date.now() + 10_000;
+        while (Date.now() < deadline) {
+          const [{ waiting }] = await other`
+            SELECT count(*)::int AS waiting FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock'`;
+          if (waiting === 2) break;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        return recording;
+      },
+    );
     const streaks = [...(await batch).map((r) => r.failureStreak), (await one).failureStreak]
       .sort((a, b) => a - b);
     // Each failure after the other batch's 3 is counted once, so the 5th in a row is seen (and
@@ -292,7 +317,6 @@ Deno.test({
     const [tenant] = await sql`SELECT delivery_failure_streak FROM tenants WHERE id = ${broken}`;
     assert.equal(tenant.delivery_failure_streak, 8);
   } finally {
-    await other.end();
     await db.close();
     await test.drop();
   }
@@ -305,49 +329,33 @@ Deno.test({
 }, async () => {
   const { db, test } = await openQueue();
   const sql = db.sql;
-  const other = postgres(test.env.DATABASE_URL, { max: 2, onnotice: () => {} });
   try {
     const healthy = await tenantWithBacklog(sql, "healthy", 2);
     const [first, second] = (await claim(sql, "owner-a", 100, 100)).map((d) => d.id).sort();
-    const success = { ...failure(), responseCode: 200 };
-    // Someone holds the healthy tenant's row (an operator's update, say) for a while.
-    let release!: () => void;
-    let holding!: () => void;
-    const held = new Promise<void>((resolve) => holding = resolve);
-    const holder = other.begin(async (tx) => {
-      await tx`SELECT 1 FROM tenants WHERE id = ${healthy} FOR UPDATE`;
-      holding();
-      await new Promise<void>((resolve) => release = resolve);
+    const success = (deliveryId: string) => ({
+      deliveryId,
+      tenantId: healthy,
+      result: { ...failure(), responseCode: 200 },
+      verdict: { status: "delivered" as const },
     });
-    await held;
     const timedOut = Symbol("timed out");
     const within = <T>(work: Promise<T>) =>
       Promise.race([
         work,
         new Promise<typeof timedOut>((r) => setTimeout(() => r(timedOut), 2_000)),
       ]);
-    try {
-      const batch = await within(recordAttempts(sql, "owner-a", [{
-        deliveryId: first,
-        tenantId: healthy,
-        result: success,
-        verdict: { status: "delivered" },
-      }]));
-      const one = await within(
-        recordAttempt(sql, second, {
-          owner: "owner-a",
-          result: success,
-          verdict: { status: "delivered" },
-        }),
-      );
-      assert.notEqual(batch, timedOut, "a batch of successes waited for the tenant's row");
-      assert.notEqual(one, timedOut, "a success waited for the tenant's row");
-    } finally {
-      release();
-      await holder;
-    }
+    // Someone holds the healthy tenant's row (an operator's update, say) for a while.
+    const [batch, one] = await whileHeldElsewhere(
+      test,
+      (tx) => tx`SELECT 1 FROM tenants WHERE id = ${healthy} FOR UPDATE`,
+      async () => [
+        await within(recordAttempts(sql, "owner-a", [success(first)])),
+        await within(recordAttempt(sql, "owner-a", success(second))),
+      ],
+    );
+    assert.notEqual(batch, timedOut, "a batch of successes waited for the tenant's row");
+    assert.notEqual(one, timedOut, "a success waited for the tenant's row");
   } finally {
-    await other.end();
     await db.close();
     await test.drop();
   }

@@ -389,13 +389,7 @@ export class Dispatcher {
         attempts: batch.length,
         ...this.#options.log.errorFields(error),
       });
-      for (const { attempt, done } of batch) {
-        done(recordAttempt(sql, attempt.deliveryId, {
-          owner: this.owner,
-          result: attempt.result,
-          verdict: attempt.verdict,
-        }));
-      }
+      for (const { attempt, done } of batch) done(recordAttempt(sql, this.owner, attempt));
     }).finally(() => {
       this.#recording--;
       this.#flushRecords();

@@ -221,62 +221,17 @@ export interface RecordedAttempt {
 }
 
 /**
- * Records an attempt and moves the delivery to its next state, in one statement. The state
- * changes only while `owner` still holds the lease; the attempt is recorded either way, and so
- * is its effect on the tenant's failure streak (written only when it changes, so a healthy
- * tenant's row is not rewritten at every delivery).
+ * Records one attempt and moves its delivery to its next state, as {@linkcode recordAttempts}
+ * does for many: the state changes only while `owner` still holds the lease; the attempt is
+ * recorded either way, and so is its effect on the tenant's failure streak.
  */
 export async function recordAttempt(
   sql: Sql,
-  deliveryId: string,
-  attempt: { owner: string; result: AttemptResult; verdict: AttemptVerdict },
+  owner: string,
+  attempt: AttemptToRecord,
 ): Promise<RecordedAttempt> {
-  const { owner, result, verdict } = attempt;
-  const delivered = verdict.status === "delivered";
-  // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
-  const [row] = await sql`
-    WITH attempt AS (
-      INSERT INTO delivery_attempts
-        (delivery_id, attempted_at, duration_ms, response_code, response_body, error)
-      VALUES (${deliveryId}, ${result.attemptedAt}, ${Math.round(result.durationMs)},
-              ${result.responseCode}, ${result.responseBody}, ${result.error})
-    ), moved AS (
-      UPDATE deliveries
-      SET status = ${verdict.status},
-          attempts = attempts + 1,
-          next_attempt_at = ${verdict.status === "pending" ? verdict.nextAttemptAt : null},
-          delivered_at = ${delivered ? result.attemptedAt : null},
-          lease_owner = NULL,
-          lease_expires_at = NULL,
-          last_attempt_at = ${result.attemptedAt},
-          last_response_code = ${result.responseCode},
-          last_response_body = ${result.responseBody},
-          last_error = ${result.error},
-          updated_at = now()
-      WHERE id = ${deliveryId} AND lease_owner = ${owner}
-      RETURNING id
-    ), locked AS (
-      -- The streak as it is now, not as in the snapshot (see recordAttempts).
-      SELECT t.id, t.delivery_failure_streak AS before FROM tenants t
-      WHERE t.id = (SELECT tenant_id FROM deliveries WHERE id = ${deliveryId})
-        AND (NOT ${delivered}::boolean OR t.delivery_failure_streak <> 0)
-      FOR UPDATE
-    ), streak AS (
-      UPDATE tenants t
-      SET delivery_failure_streak = CASE WHEN ${delivered}::boolean THEN 0
-                                         ELSE t.delivery_failure_streak + 1 END
-      FROM locked
-      WHERE t.id = locked.id
-      RETURNING t.delivery_failure_streak AS now, locked.before
-    )
-    SELECT (SELECT count(*)::int FROM moved) AS moved,
-           (SELECT now FROM streak) AS streak,
-           (SELECT before FROM streak) AS previous`;
-  return {
-    kept: row.moved === 1,
-    failureStreak: row.streak ?? 0,
-    previousStreak: row.previous ?? null,
-  };
+  const [recorded] = await recordAttempts(sql, owner, [attempt]);
+  return recorded;
 }
 
 /** Gives a claimed delivery back unattempted (shutdown, or its tenant became inactive). */
