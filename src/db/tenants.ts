@@ -143,13 +143,13 @@ export function sealedTargetOf(row: postgres.Row): SealedTarget {
  * the tenant's cap. The ordered scan that stops at the cap reads a few index entries however
  * stale the statistics (docs/architecture.md, "Queue statements and stale statistics").
  */
-export function leasesHeld(sql: Sql, cap: unknown) {
+export function leasesHeld(sql: Sql, cap: number | postgres.Fragment) {
   return sql`(
     SELECT count(*)::int FROM (
       SELECT 1 FROM deliveries l
       WHERE l.tenant_id = t.id AND l.lease_expires_at > now()
       ORDER BY l.lease_expires_at
-      LIMIT ${cap as number}
+      LIMIT ${cap}
     ) held)`;
 }
 
