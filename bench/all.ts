@@ -8,7 +8,8 @@
  *
  * Run it:
  *
- *     deno task bench [--duration S] [--warmup S] [--only health,verify,jws,relay,cold-start]
+ *     deno task bench [--duration S] [--warmup S]
+ *                     [--only health,verify,jws,relay,relay-embedded,cold-start]
  *                     [--runs N] [--no-write] [--json] [--keep-temp] [--doc PATH]
  *
  * `--duration` and `--warmup` set the length of every load benchmark's measured and warm-up runs
@@ -38,6 +39,7 @@ import { formatHealthGoal, formatHealthTable, runHealthBenchmark } from "./healt
 import { formatVerifyGoal, formatVerifyTable, runVerifyBenchmark } from "./verify.ts";
 import { formatJwsGoal, formatJwsTable, runJwsBenchmark } from "./storea_jws.ts";
 import {
+  engineName,
   formatRelayDeliveryTable,
   formatRelayRoundsTable,
   formatRelaySummary,
@@ -53,7 +55,14 @@ import {
 } from "./cold_start.ts";
 
 /** The benchmarks, in the order they run. */
-export const BENCHMARK_NAMES = ["health", "verify", "jws", "relay", "cold-start"] as const;
+export const BENCHMARK_NAMES = [
+  "health",
+  "verify",
+  "jws",
+  "relay",
+  "relay-embedded",
+  "cold-start",
+] as const;
 
 /** One of {@linkcode BENCHMARK_NAMES}. */
 export type BenchmarkName = typeof BENCHMARK_NAMES[number];
@@ -113,6 +122,7 @@ export const SECTIONS: Record<BenchmarkName, readonly string[]> = {
   verify: ["verify-storea", "verify-storeb"],
   jws: ["jws"],
   relay: ["relay", "relay-deliveries", "relay-rounds"],
+  "relay-embedded": ["relay-embedded", "relay-embedded-deliveries", "relay-embedded-rounds"],
   "cold-start": ["cold-start"],
 };
 
@@ -227,11 +237,13 @@ async function runOne(
         result,
       };
     }
-    case "relay": {
+    case "relay":
+    case "relay-embedded": {
+      const engine = name === "relay" ? "postgresql" : "embedded";
       let results;
       try {
         results = await runRelayRounds(
-          { ...load, notifications: relayNotifications(load) },
+          { ...load, notifications: relayNotifications(load), engine },
           RELAY_ROUNDS,
         );
       } catch (error) {
@@ -244,12 +256,12 @@ async function runOne(
       const head = caption({ startedAt: result.startedAt, busyBefore: result.machine.busyBefore });
       return {
         sections: {
-          relay: join(head, formatRelayTable(result)),
-          "relay-deliveries": formatRelayDeliveryTable(result),
-          "relay-rounds": formatRelayRoundsTable(results),
+          [name]: join(head, formatRelayTable(result)),
+          [`${name}-deliveries`]: formatRelayDeliveryTable(result),
+          [`${name}-rounds`]: formatRelayRoundsTable(results),
         },
         summary: [[
-          "POST /v1/webhooks/storea/:tenantId",
+          `POST /v1/webhooks/storea/:tenantId (${engineName(engine)})`,
           `${result.service.requestsPerSecond.toFixed(0)} req/s`,
           `${result.bare.requestsPerSecond.toFixed(0)} req/s`,
           result.rpsRatio.toFixed(3),

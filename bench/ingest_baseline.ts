@@ -1,17 +1,25 @@
 /**
- * The raw-PostgreSQL ingest baseline of `bench/relay.ts`: `pgbench` runs the service's own
- * one-notification statement (`ingestPrepared` in src/events/ingest.ts: the event and its delivery
- * in one statement, so one transaction each) with a payload of the size the service stores, from
- * `clients` connections, pinned to the load core, against the benchmark's database and tenant.
- * What it measures is what PostgreSQL can commit one notification per transaction, without
- * receiving, verifying or answering anything: the figure the service's ingest is compared with.
+ * The raw-database ingest baseline of `bench/relay.ts`: the service's own one-notification
+ * statement (`ingestPrepared` in src/events/ingest.ts: the event and its delivery in one statement,
+ * so one transaction each) with a payload of the size the service stores, from `clients`
+ * connections, against the benchmark's database and tenant. What it measures is what the engine
+ * can commit one notification per transaction, without receiving, verifying or answering anything:
+ * the figure the service's ingest is compared with.
+ *
+ * - PostgreSQL: `pgbench`, pinned to the load core (the PostgreSQL client package and `taskset`).
+ * - The embedded engine: this module run as a process of its own (`ingest_baseline.ts embedded
+ *   OPTIONS`), pinned to the core the service ran on, with the service's V8 flags and malloc
+ *   settings, which opens the data directory as the service does (PGlite in the process, reached through in-memory sockets by `npm:postgres`) and
+ *   runs the statement from `clients` concurrent callers. PGlite has one session, which the
+ *   service shares the same way: this is the engine's own one-transaction-per-row rate.
  *
  * The payload is random base64 (as incompressible as the signed notifications the service stores,
  * so TOAST compression does not make the baseline cheaper); the ids and external ids are fresh
- * UUIDs, so every transaction inserts. It needs `pgbench` (the PostgreSQL client package) and
- * `taskset`.
+ * UUIDs, so every transaction inserts.
  * @module
  */
+import { connectDatabase } from "../src/db/connect.ts";
+import { EMBEDDED_V8_FLAGS, serviceEnvironment } from "../src/permissions.ts";
 
 /** The statement the service runs for one notification, with pgbench's `:payload` variable. */
 const STATEMENT = `
@@ -34,8 +42,10 @@ WITH event AS (
 SELECT (SELECT status FROM delivery) AS status;
 `;
 
-/** What one pgbench run measured. */
+/** What one run measured. */
 export interface IngestBaseline {
+  /** What ran the statement: `pgbench` or the embedded engine's own client. */
+  tool: "pgbench" | "embedded engine";
   clients: number;
   payloadBytes: number;
   seconds: number;
@@ -86,8 +96,7 @@ export async function runIngestBaseline(options: {
   const pgbench = await findPgbench();
   const script = `${options.tmp}/ingest-baseline.sql`;
   await Deno.writeTextFile(script, STATEMENT);
-  const raw = crypto.getRandomValues(new Uint8Array(Math.ceil(options.payloadBytes * 3 / 4)));
-  const payload = btoa(String.fromCharCode(...raw)).slice(0, options.payloadBytes);
+  const payload = randomPayload(options.payloadBytes);
   const before = await options.countEvents();
   const output = await new Deno.Command("taskset", {
     args: [
@@ -123,6 +132,7 @@ export async function runIngestBaseline(options: {
   if (!tps || !processed) throw new Error(`pgbench printed no tps: ${text}`);
   const eventsAdded = (await options.countEvents()) - before;
   return {
+    tool: "pgbench",
     clients: options.clients,
     payloadBytes: options.payloadBytes,
     seconds: options.seconds,
@@ -130,4 +140,96 @@ export async function runIngestBaseline(options: {
     transactions: Number(processed[1]),
     eventsAdded,
   };
+}
+
+/** Random base64 of `bytes` characters. */
+function randomPayload(bytes: number): string {
+  const raw = crypto.getRandomValues(new Uint8Array(Math.ceil(bytes * 3 / 4)));
+  return btoa(String.fromCharCode(...raw)).slice(0, bytes);
+}
+
+/** What an embedded run takes; the service that used `dataDir` must have stopped. */
+export interface EmbeddedIngestBaselineOptions {
+  dataDir: string;
+  tenantId: string;
+  core: number;
+  clients: number;
+  payloadBytes: number;
+  seconds: number;
+}
+
+/** Runs the baseline on the embedded engine in `dataDir`, in a process pinned to `core`. */
+export async function runEmbeddedIngestBaseline(
+  options: EmbeddedIngestBaselineOptions,
+): Promise<IngestBaseline> {
+  const output = await new Deno.Command("taskset", {
+    args: [
+      "-c",
+      String(options.core),
+      Deno.execPath(),
+      "run",
+      "--allow-read",
+      "--allow-write",
+      "--allow-env",
+      "--allow-net",
+      "--allow-sys",
+      // The engine runs as in the service: the same V8 flags and malloc settings.
+      `--v8-flags=${EMBEDDED_V8_FLAGS.join(",")}`,
+      new URL(import.meta.url).pathname,
+      "embedded",
+      JSON.stringify(options),
+    ],
+    env: serviceEnvironment({}),
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `the embedded ingest baseline failed: ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return JSON.parse(text);
+}
+
+/** The embedded run itself, in the process {@linkcode runEmbeddedIngestBaseline} starts. */
+async function measureEmbedded(options: EmbeddedIngestBaselineOptions): Promise<IngestBaseline> {
+  const db = await connectDatabase({
+    databaseUrl: null,
+    dataDir: options.dataDir,
+    poolSize: options.clients,
+    timeoutMs: 30_000,
+    shareEmbedded: false,
+  });
+  try {
+    const statement = STATEMENT.replace(":tenant", "$1").replace(":payload", "$2");
+    const payload = randomPayload(options.payloadBytes);
+    const count = async () => (await db.sql`SELECT count(*)::int AS n FROM events`)[0].n;
+    const before = await count();
+    let transactions = 0;
+    const started = performance.now();
+    const until = started + options.seconds * 1000;
+    await Promise.all(Array.from({ length: options.clients }, async () => {
+      while (performance.now() < until) {
+        await db.sql.unsafe(statement, [options.tenantId, payload]);
+        transactions++;
+      }
+    }));
+    const seconds = (performance.now() - started) / 1000;
+    return {
+      tool: "embedded engine",
+      clients: options.clients,
+      payloadBytes: options.payloadBytes,
+      seconds: options.seconds,
+      transactionsPerSecond: transactions / seconds,
+      transactions,
+      eventsAdded: (await count()) - before,
+    };
+  } finally {
+    await db.close();
+  }
+}
+
+if (import.meta.main && Deno.args[0] === "embedded") {
+  console.log(JSON.stringify(await measureEmbedded(JSON.parse(Deno.args[1]))));
 }

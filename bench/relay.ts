@@ -22,7 +22,9 @@
  * non-2xx status or socket error fails the run.
  *
  * The service runs as `deno task start` would run it (same permissions, `main.ts serve`) on a
- * temporary PostgreSQL database that is dropped afterwards, with `NODE_ENV=production`, a random
+ * temporary PostgreSQL database that is dropped afterwards (or, with `--engine embedded`, on the
+ * embedded engine in a temporary data directory, which the bench reads through the socket the
+ * service shares it on), with `NODE_ENV=production`, a random
  * `ENCRYPTION_KEY`, `CALLBACK_ALLOW_HTTP=true` and `CALLBACK_ALLOW_PRIVATE_NETWORKS=true` (the sink
  * is plain http on loopback) and `LOG_LEVEL=info`, its stdout (one `http_request` line per request, one `delivery_attempt` line
  * per delivery) written to a file in the temporary directory. One tenant, with store A credentials
@@ -39,7 +41,7 @@
  * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
  * length of the runs (20 s and 5 s); `--rounds N` runs it all N times, baselines included, and adds
  * a table of each round's goal figures and their medians; `--notifications N` the number signed
- * (48,000); `--drain S`
+ * (48,000; 16,000 on the embedded engine); `--engine postgresql|embedded` the service's engine (PostgreSQL); `--drain S`
  * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
  * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
  * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
@@ -47,7 +49,11 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { type IngestBaseline, runIngestBaseline } from "./ingest_baseline.ts";
+import {
+  type IngestBaseline,
+  runEmbeddedIngestBaseline,
+  runIngestBaseline,
+} from "./ingest_baseline.ts";
 import type { SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
 import {
@@ -98,18 +104,24 @@ import { verifySignature } from "../simulators/webhook_signature.ts";
 
 /** Options of {@linkcode runRelayBenchmark}. */
 export interface RelayBenchmarkOptions extends LoadOptions {
-  /** Distinct notifications signed before timing; 48,000 by default. */
+  /** Distinct notifications signed before timing; 48,000 by default, 16,000 on the embedded engine. */
   notifications?: number;
   /** The longest wait for the deliveries after the measured run, in seconds; 60 by default. */
   drainSeconds?: number;
   /** PostgreSQL to create the temporary database on; `BENCH_DATABASE_URL` or local by default. */
   databaseUrl?: string;
+  /** The engine the service runs on: PostgreSQL (the default) or the embedded engine. */
+  engine?: RelayEngine;
 }
+
+/** The engines the relay can be measured on. */
+export type RelayEngine = "postgresql" | "embedded";
 
 /** The settings of a run, defaults filled in. */
 export interface RelaySettings extends LoadSettings {
   notifications: number;
   drainSeconds: number;
+  engine: RelayEngine;
 }
 
 /** The figures of one server under load. */
@@ -266,7 +278,7 @@ export interface RelayBenchmarkResult {
   /** service p99 divided by baseline p99. */
   p99Ratio: number;
   delivery: DeliveryResult;
-  /** Raw PostgreSQL committing the service's one-notification statement (bench/ingest_baseline.ts). */
+  /** The raw engine committing the service's one-notification statement (bench/ingest_baseline.ts). */
   ingestBaseline: IngestBaseline;
   /** The service's accepted/s in the measured run divided by the baseline's transactions/s. */
   ingestRatio: number;
@@ -299,7 +311,7 @@ const RECEIPT_MARKER = '"isNew":true,"enqueuedDelivery":true';
 const SINK_PATH = "/hooks";
 /** Notifications signed at the same time while preparing the bodies. */
 const SIGNING_BATCH = 100;
-/** Connections of the raw-PostgreSQL ingest baseline. */
+/** Connections of the raw-engine ingest baseline. */
 const INGEST_BASELINE_CLIENTS = 10;
 
 /**
@@ -316,8 +328,10 @@ export async function runRelayBenchmark(
       durationSeconds: options.durationSeconds ?? 20,
       warmupSeconds: options.warmupSeconds ?? 5,
     }),
-    notifications: options.notifications ?? 48_000,
+    // The embedded engine accepts about a third of what PostgreSQL does: fewer last its runs.
+    notifications: options.notifications ?? (options.engine === "embedded" ? 16_000 : 48_000),
     drainSeconds: options.drainSeconds ?? 60,
+    engine: options.engine ?? "postgresql",
   };
   if (settings.notifications % settings.threads !== 0) {
     // Otherwise the threads' residue classes would not split the notifications evenly.
@@ -327,11 +341,15 @@ export async function runRelayBenchmark(
   const { startedAt, machine } = await beginRun(settings, progress);
 
   const tmp = await Deno.makeTempDir({ prefix: "purchase-relay-bench-relay-" });
-  const database = await createDatabase(options.databaseUrl);
+  const database = settings.engine === "postgresql"
+    ? await createDatabase(options.databaseUrl)
+    : null;
   let sink: Server | undefined;
   let sql: postgres.Sql | undefined;
   try {
-    progress(`temporary database ${database.name}, temp dir ${tmp}`);
+    progress(
+      `${database ? `temporary database ${database.name}` : "embedded engine"}, temp dir ${tmp}`,
+    );
     const pki = await createStoreaTestPki();
     const signer = new StoreaSigner(pki, { bundleId: STOREA_BUNDLE_ID });
     progress(`signing ${settings.notifications} notifications (3 JWS each)`);
@@ -346,7 +364,7 @@ export async function runRelayBenchmark(
     const secret = `whsec_${crypto.randomUUID().replaceAll("-", "")}`;
     sink = await startSink(tmp, settings, secret);
     const serviceEnv = await productionServiceEnv(tmp, {
-      DATABASE_URL: database.url,
+      ...(database ? { DATABASE_URL: database.url } : {}),
       CALLBACK_ALLOW_HTTP: "true",
       CALLBACK_ALLOW_PRIVATE_NETWORKS: "true",
       STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, `${tmp}/storea-root.pem`),
@@ -361,7 +379,6 @@ export async function runRelayBenchmark(
       secret,
     });
     progress(`tenant ${tenantId}, callback ${sink.url}${SINK_PATH} (sink pid ${sink.pid})`);
-    sql = postgres(database.url, { max: 1, onnotice: () => {} });
 
     const path = `/v1/webhooks/storea/${tenantId}`;
     const script = await writeWrkScript(`${tmp}/relay.lua`);
@@ -390,7 +407,9 @@ export async function runRelayBenchmark(
     let serviceResult: ReceiverResult;
     let delivery: DeliveryResult;
     let openLoop: RelayOpenLoop;
+    let sample: { bytes: number; payload: string };
     try {
+      sql = connectQueue(database?.url ?? null, serviceEnv.DATA_DIR);
       await checkAnswer(`${service.url}${path}`, { body: checkBody, marker: RECEIPT_MARKER });
       progress(
         `purchase-relay: pid ${service.pid} on ${service.url}, warming up ${settings.warmupSeconds} s`,
@@ -399,7 +418,7 @@ export async function runRelayBenchmark(
       const pids: RelayPids = {
         service: service.pid,
         sink: sink.pid,
-        postgres: await postgresBackends(sql),
+        postgres: database ? await postgresBackends(sql) : [],
       };
       progress(
         `purchase-relay: measuring ${settings.durationSeconds} s (from notification ${warmup.nextBase}, ` +
@@ -432,26 +451,46 @@ export async function runRelayBenchmark(
         url: `${service.url}${path}`,
         rate: Math.max(1, Math.round(delivery.run.acceptedPerSecond / 2)),
       }, progress);
+      [sample] = await sql`
+        SELECT avg(length(payload))::int AS bytes,
+               (SELECT payload FROM events ORDER BY received_at LIMIT 1) AS payload
+        FROM events`;
     } finally {
+      // The embedded engine's socket closes with the service.
+      if (!database) {
+        await sql?.end();
+        sql = undefined;
+      }
       await stop(service);
     }
     const serviceLog = await scanServiceLog(service.stdoutPath);
-    // The service is stopped: PostgreSQL now runs the service's own statement for pgbench alone.
-    const [{ bytes }] = await sql`SELECT avg(length(payload))::int AS bytes FROM events`;
-    progress(`raw PostgreSQL: pgbench, ${INGEST_BASELINE_CLIENTS} clients, ${bytes} B payload`);
-    const countEvents = async () => (await sql!`SELECT count(*)::int AS n FROM events`)[0].n;
-    const ingestBaseline = await runIngestBaseline({
-      databaseUrl: database.url,
+    // The service is stopped: the engine now runs the service's own statement for the baseline.
+    const { bytes, payload } = sample;
+    const baselineSpec = {
       tenantId,
-      countEvents,
-      tmp,
-      core: settings.loadCore,
       clients: INGEST_BASELINE_CLIENTS,
       payloadBytes: bytes,
       seconds: settings.durationSeconds,
-    });
-    progress(`raw PostgreSQL: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`);
-    const [{ payload }] = await sql`SELECT payload FROM events ORDER BY received_at LIMIT 1`;
+    };
+    progress(
+      `raw ${engineName(settings.engine)}: ${INGEST_BASELINE_CLIENTS} clients, ${bytes} B payload`,
+    );
+    const ingestBaseline = database
+      ? await runIngestBaseline({
+        ...baselineSpec,
+        databaseUrl: database.url,
+        countEvents: async () => (await sql!`SELECT count(*)::int AS n FROM events`)[0].n,
+        tmp,
+        core: settings.loadCore,
+      })
+      : await runEmbeddedIngestBaseline({
+        ...baselineSpec,
+        dataDir: serviceEnv.DATA_DIR,
+        core: settings.serverCore,
+      });
+    progress(
+      `raw ${engineName(settings.engine)}: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`,
+    );
     const atSinkBefore = (await sinkStats(sink.url)).valid;
     const postLoop = await runSignedPostLoop(tmp, settings, {
       url: `${sink.url}${SINK_PATH}`,
@@ -485,7 +524,7 @@ export async function runRelayBenchmark(
   } finally {
     await sql?.end();
     if (sink) await stop(sink);
-    await database.drop();
+    await database?.drop();
     if (!options.keepTemp) await Deno.remove(tmp, { recursive: true }).catch(() => {});
   }
 }
@@ -499,6 +538,7 @@ export function formatRelayTable(result: RelayBenchmarkResult): string {
 /** The markdown table of the deliveries: none lost, how fast they went, how long they waited. */
 export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
   const { delivery: d } = result;
+  const raw = engineName(result.settings.engine);
   const count = (n: number) => n.toLocaleString("en-US");
   const rate = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : "-");
   const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
@@ -512,11 +552,11 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
         .join(", "),
     ],
     [
-      "raw PostgreSQL, one notification per transaction (pgbench, tps)",
+      `raw ${raw}, one notification per transaction (${result.ingestBaseline.tool}, tps)`,
       `${rate(result.ingestBaseline.transactionsPerSecond)} (${result.ingestBaseline.clients} ` +
       `clients, ${count(result.ingestBaseline.payloadBytes)} B payload)`,
     ],
-    ["accepted per second / raw PostgreSQL", `${result.ingestRatio.toFixed(2)}x`],
+    [`accepted per second / raw ${raw}`, `${result.ingestRatio.toFixed(2)}x`],
     [
       "bare signed-POST loop to the sink (POSTs per second)",
       `${rate(result.postLoop.perSecond)} (${result.postLoop.inFlight} in flight)`,
@@ -580,7 +620,11 @@ export async function runRelayRounds(
 export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string {
   const columns: { header: string; of: (r: RelayBenchmarkResult) => number; digits: number }[] = [
     { header: "accepted/s", of: (r) => r.delivery.run.acceptedPerSecond, digits: 0 },
-    { header: "raw PostgreSQL tps", of: (r) => r.ingestBaseline.transactionsPerSecond, digits: 0 },
+    {
+      header: `raw ${engineName(results[0].settings.engine)} tps`,
+      of: (r) => r.ingestBaseline.transactionsPerSecond,
+      digits: 0,
+    },
     { header: "ingest ratio", of: (r) => r.ingestRatio, digits: 2 },
     { header: "delivered/s at full load", of: (r) => r.delivery.run.deliveredPerSecond, digits: 0 },
     { header: "drain/s", of: (r) => r.delivery.drain.perSecond, digits: 0 },
@@ -620,9 +664,11 @@ export function formatRelaySummary(result: RelayBenchmarkResult): string {
   const problems = Object.entries(serviceLog.problems).map(([msg, n]) => `${msg} ${n}`);
   return [
     `- ${describeDelivery(delivery)}`,
-    `- CPU in the measured run: ${cpu(bare)}; ${cpu(service)}; PostgreSQL backends ${
-      delivery.run.postgresCpuCores.toFixed(2)
-    } cores, sink ${delivery.run.sinkCpuCores.toFixed(2)} cores`,
+    `- CPU in the measured run: ${cpu(bare)}; ${cpu(service)}; ${
+      result.settings.engine === "postgresql"
+        ? `PostgreSQL backends ${delivery.run.postgresCpuCores.toFixed(2)} cores`
+        : "the embedded engine runs in the service's process"
+    }, sink ${delivery.run.sinkCpuCores.toFixed(2)} cores`,
     `- service log: ${serviceLog.httpRequest} http_request, ${serviceLog.notificationReceived} ` +
     `notification_received, ${serviceLog.deliveryAttempt} delivery_attempt lines; warnings and ` +
     `errors: ${problems.length === 0 ? "none" : problems.join(", ")}`,
@@ -1208,7 +1254,8 @@ function describeDelivery(d: DeliveryResult): string {
     `${d.run.backlogAtStart} -> ${d.run.backlogAtEnd}.`,
     `Drain: ${d.drain.deliveries} more in ${d.drain.seconds.toFixed(1)} s (` +
     `${d.drain.perSecond.toFixed(0)}/s, service ${d.drain.serviceCpuUsPerDelivery.toFixed(0)} µs ` +
-    `and PostgreSQL ${d.drain.postgresCpuUsPerDelivery.toFixed(0)} µs CPU per delivery)` +
+    `and PostgreSQL's backends ${d.drain.postgresCpuUsPerDelivery.toFixed(0)} µs CPU per ` +
+    `delivery)` +
     `${d.drain.complete ? "" : ", NOT COMPLETE"}.`,
     `Overall ${d.overallPerSecond.toFixed(0)} deliveries/s, first to last; receipt to delivery ` +
     `p50 ${fixed(d.lag.p50Ms / 1000)} s, p99 ${fixed(d.lag.p99Ms / 1000)} s, max ` +
@@ -1218,6 +1265,29 @@ function describeDelivery(d: DeliveryResult): string {
 
 function fixed(seconds: number): string {
   return seconds.toFixed(seconds < 10 ? 2 : 1);
+}
+
+/**
+ * The bench's connection to the service's queue: the temporary PostgreSQL database, or the
+ * embedded engine the service shares on its data directory's socket (one session with the
+ * service's own connections, so no named statements; see src/db/embedded.ts).
+ */
+function connectQueue(databaseUrl: string | null, dataDir: string): postgres.Sql {
+  if (databaseUrl) return postgres(databaseUrl, { max: 1, onnotice: () => {} });
+  return postgres({
+    host: dataDir,
+    port: 5432,
+    user: "postgres",
+    database: "postgres",
+    max: 1,
+    prepare: false,
+    onnotice: () => {},
+  });
+}
+
+/** How the tables name the engine. */
+export function engineName(engine: RelayEngine): string {
+  return engine === "postgresql" ? "PostgreSQL" : "embedded engine";
 }
 
 /** The backends of the database other than the bench's own connection: the service's. */
@@ -1331,7 +1401,8 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
   const baseline = result.ingestBaseline;
   if (baseline.eventsAdded !== baseline.transactions) {
     problems.push(
-      `raw PostgreSQL: ${baseline.transactions} transactions added ${baseline.eventsAdded} events`,
+      `raw ${engineName(result.settings.engine)}: ${baseline.transactions} transactions added ` +
+        `${baseline.eventsAdded} events`,
     );
   }
   if (result.postLoop.failed > 0 || result.postLoopAtSink !== result.postLoop.requests) {
@@ -1371,6 +1442,11 @@ async function createTenant(
 
 // --- main ----------------------------------------------------------------------------------------
 
+function engineFlag(value: string | undefined): RelayEngine | undefined {
+  if (value === undefined || value === "postgresql" || value === "embedded") return value;
+  throw new Error(`--engine: postgresql or embedded, not ${value}`);
+}
+
 if (import.meta.main) {
   const { values, positionals } = parseArgs({
     args: Deno.args,
@@ -1380,6 +1456,7 @@ if (import.meta.main) {
       notifications: { type: "string" },
       drain: { type: "string" },
       rounds: { type: "string" },
+      engine: { type: "string" },
     },
   });
   const print = (result: RelayBenchmarkResult) => {
@@ -1399,6 +1476,7 @@ if (import.meta.main) {
         ...loadOptionsFromFlags(values),
         notifications: numberFlag(values.notifications),
         drainSeconds: numberFlag(values.drain),
+        engine: engineFlag(values.engine),
       }, numberFlag(values.rounds) ?? 1);
       print(results.at(-1)!);
       if (results.length > 1) console.log(`\n${formatRelayRoundsTable(results)}`);

@@ -126,7 +126,7 @@ export function executablePermissions(): string[] {
 }
 
 /** V8's flags for a service on the embedded engine, chosen for its memory. */
-const EMBEDDED_V8_FLAGS: readonly string[] = ["--liftoff-only", "--max-semi-space-size=2"];
+export const EMBEDDED_V8_FLAGS: readonly string[] = ["--liftoff-only", "--max-semi-space-size=2"];
 
 function permissionFlags(scope: Scope): string[] {
   const variables = [...configVariables(), ...(scope.postgres ? POSTGRES_CLIENT_VARIABLES : [])];

@@ -237,7 +237,14 @@ Deno.test("formatRunCaption says when, at what commit, by what command and where
 });
 
 Deno.test("parseOnly keeps the run order and refuses unknown names", () => {
-  assert.deepEqual(parseOnly(undefined), ["health", "verify", "jws", "relay", "cold-start"]);
+  assert.deepEqual(parseOnly(undefined), [
+    "health",
+    "verify",
+    "jws",
+    "relay",
+    "relay-embedded",
+    "cold-start",
+  ]);
   assert.deepEqual(parseOnly("cold-start, health,health"), ["health", "cold-start"]);
   assert.throws(() => parseOnly("health,verfy"), /--only takes .*got "health,verfy"/);
   assert.throws(() => parseOnly(","), /--only/);
