@@ -130,11 +130,11 @@ export const SECTIONS: Record<BenchmarkName, readonly string[]> = {
 const DOC = "docs/benchmarks.md";
 
 /** The relay's signed notifications last this many requests per second of its runs at least. */
-const RELAY_NOTIFICATIONS_PER_SECOND = 1_920;
+const RELAY_NOTIFICATIONS_PER_SECOND = 2_880;
 /** Rounds of the relay, each with its own baselines: its goals are judged on their medians. */
 const RELAY_ROUNDS = 3;
 /** The relay's own default number of notifications. */
-const RELAY_NOTIFICATIONS = 48_000;
+const RELAY_NOTIFICATIONS = 72_000;
 
 /** Runs the chosen benchmarks one after the other; a failure does not stop the others. */
 export async function runAllBenchmarks(
@@ -299,7 +299,7 @@ async function runOne(
 }
 
 /**
- * The relay's own 16,000 notifications, or more when the runs are longer than its defaults
+ * The relay's own number of notifications, or more when the runs are longer than its defaults
  * (20 s and 5 s) would need: it fails rather than send one twice.
  */
 function relayNotifications(load: LoadOptions): number | undefined {

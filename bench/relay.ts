@@ -41,7 +41,7 @@
  * Flags: `--json` also prints every figure as JSON; `--duration S` and `--warmup S` change the
  * length of the runs (20 s and 5 s); `--rounds N` runs it all N times, baselines included, and adds
  * a table of each round's goal figures and their medians; `--notifications N` the number signed
- * (48,000; 16,000 on the embedded engine); `--engine postgresql|embedded` the service's engine (PostgreSQL); `--drain S`
+ * (72,000; 16,000 on the embedded engine); `--engine postgresql|embedded` the service's engine (PostgreSQL); `--drain S`
  * the longest wait for the deliveries after the measured run (60 s); `--keep-temp` keeps the
  * temporary directory (logs, bodies, wrk script). `BENCH_DATABASE_URL` names the PostgreSQL server
  * to create the database on (default `postgres://postgres@127.0.0.1:5432/postgres`). It needs `wrk`
@@ -104,7 +104,7 @@ import { verifySignature } from "../simulators/webhook_signature.ts";
 
 /** Options of {@linkcode runRelayBenchmark}. */
 export interface RelayBenchmarkOptions extends LoadOptions {
-  /** Distinct notifications signed before timing; 48,000 by default, 16,000 on the embedded engine. */
+  /** Distinct notifications signed before timing; 72,000 by default, 16,000 on the embedded engine. */
   notifications?: number;
   /** The longest wait for the deliveries after the measured run, in seconds; 60 by default. */
   drainSeconds?: number;
@@ -329,7 +329,7 @@ export async function runRelayBenchmark(
       warmupSeconds: options.warmupSeconds ?? 5,
     }),
     // The embedded engine accepts about a third of what PostgreSQL does: fewer last its runs.
-    notifications: options.notifications ?? (options.engine === "embedded" ? 16_000 : 48_000),
+    notifications: options.notifications ?? (options.engine === "embedded" ? 16_000 : 72_000),
     drainSeconds: options.drainSeconds ?? 60,
     engine: options.engine ?? "postgresql",
   };
