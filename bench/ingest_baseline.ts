@@ -45,7 +45,7 @@ SELECT (SELECT status FROM delivery) AS status;
 /** What one run measured. */
 export interface IngestBaseline {
   /** What ran the statement: `pgbench` or the embedded engine's own client. */
-  tool: "pgbench" | "embedded engine";
+  tool: "pgbench" | "npm:postgres, in process";
   clients: number;
   payloadBytes: number;
   seconds: number;
@@ -217,7 +217,7 @@ async function measureEmbedded(options: EmbeddedIngestBaselineOptions): Promise<
     }));
     const seconds = (performance.now() - started) / 1000;
     return {
-      tool: "embedded engine",
+      tool: "npm:postgres, in process",
       clients: options.clients,
       payloadBytes: options.payloadBytes,
       seconds: options.seconds,
