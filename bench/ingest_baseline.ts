@@ -13,8 +13,8 @@
  *   runs the statement from `clients` concurrent callers. PGlite has one session, which the
  *   service shares the same way: this is the engine's own one-transaction-per-row rate.
  *
- * The payload is random base64 (as incompressible as the signed notifications the service stores,
- * so TOAST compression does not make the baseline cheaper); the ids and external ids are fresh
+ * The payload is random base64, which TOAST stores uncompressed where it compresses the service's
+ * (docs/benchmarks.md says why the rates come out the same); the ids and external ids are fresh
  * UUIDs, so every transaction inserts.
  * @module
  */
