@@ -35,6 +35,7 @@ import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.
 import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
+import { maintainEmbedded } from "./db/embedded_maintenance.ts";
 import { IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
@@ -125,6 +126,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
   const ingestBatcher = new IngestBatcher(db.sql, { handOver: dispatcher.handOver });
   startEventRetention(db, config, log, stack);
+  if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
     ttlMs: CREDENTIALS_TTL_MS,
@@ -300,6 +302,28 @@ function startEventRetention(
       });
     } catch (error) {
       log.warn("event_retention_failed", log.errorFields(error));
+    }
+  });
+  job.start();
+  stack.defer(() => job.stop());
+}
+
+/**
+ * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded_maintenance.ts):
+ * at boot, in the background, then every minute, as autovacuum would look.
+ */
+function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposableStack): void {
+  const job = new PruneJob("embedded engine vacuum", "* * * * *", async (signal) => {
+    const started = performance.now();
+    try {
+      const run = await maintainEmbedded(db.sql, signal);
+      if (run.vacuumed.length + run.analyzed.length === 0) return;
+      log.info("embedded_vacuumed", {
+        ...run,
+        durationMs: Math.round(performance.now() - started),
+      });
+    } catch (error) {
+      log.warn("embedded_vacuum_failed", log.errorFields(error));
     }
   });
   job.start();

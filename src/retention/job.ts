@@ -5,7 +5,7 @@
  * between two batches at shutdown.
  */
 
-/** A scheduled prune. */
+/** A scheduled prune, or the embedded engine's vacuum (src/app.ts). */
 export class PruneJob {
   #name: string;
   #schedule: string;

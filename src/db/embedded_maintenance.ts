@@ -1,0 +1,69 @@
+/**
+ * Vacuum and analyze for the embedded engine, which has no autovacuum: PGlite runs PostgreSQL as
+ * one standalone backend, without the server processes that would start autovacuum's workers.
+ * Without this, the row versions every claim and attempt record leaves behind would stay in the
+ * queue's tables and indexes for good, the planner's statistics would never be refreshed, and
+ * nothing would freeze old transaction ids: a standalone backend does not refuse writes before
+ * the transaction counter wraps around, as a server does, so after about two billion
+ * transactions old rows would turn invisible (docs/operations.md, "Embedded or PostgreSQL").
+ *
+ * Each run does what autovacuum would do with its default settings: it reads the statistics
+ * PostgreSQL keeps per table and vacuums the tables past autovacuum's thresholds (dead rows,
+ * inserted rows, or the age of their oldest unfrozen transaction id), and analyzes the service's
+ * own tables past the analyze threshold. One table at a time: each statement holds the engine's
+ * one session while it runs.
+ */
+import type { Sql } from "./connect.ts";
+
+/** What one run did. */
+export interface EmbeddedMaintenanceRun {
+  /** Tables vacuumed (with `ANALYZE` when due), schema-qualified. */
+  vacuumed: string[];
+  /** Tables only analyzed. */
+  analyzed: string[];
+}
+
+/**
+ * autovacuum's defaults (`autovacuum_vacuum_threshold` and `_scale_factor`, the insert and
+ * analyze ones, and `autovacuum_freeze_max_age`).
+ */
+const VACUUM_THRESHOLD = 50;
+const VACUUM_SCALE = 0.2;
+const INSERT_THRESHOLD = 1000;
+const INSERT_SCALE = 0.2;
+const ANALYZE_THRESHOLD = 50;
+const ANALYZE_SCALE = 0.1;
+const FREEZE_MAX_AGE = 200_000_000;
+
+/** Vacuums and analyzes the tables that are due; stops between tables once `signal` aborts. */
+export async function maintainEmbedded(
+  sql: Sql,
+  signal?: AbortSignal,
+): Promise<EmbeddedMaintenanceRun> {
+  // System catalogs too: they age like any table, and the database's oldest transaction id is
+  // the oldest of all its tables'. TOAST tables are vacuumed with their tables.
+  const due = await sql<{ name: string; vacuum: boolean; analyze: boolean }[]>`
+    SELECT format('%I.%I', s.schemaname, s.relname) AS name,
+           (s.n_dead_tup > ${VACUUM_THRESHOLD}::float8 + ${VACUUM_SCALE}::float8 * s.n_live_tup
+            OR s.n_ins_since_vacuum > ${INSERT_THRESHOLD}::float8 + ${INSERT_SCALE}::float8 * s.n_live_tup
+            OR age(c.relfrozenxid) > ${FREEZE_MAX_AGE}::int) AS vacuum,
+           (s.schemaname = current_schema()
+            AND s.n_mod_since_analyze > ${ANALYZE_THRESHOLD}::float8 + ${ANALYZE_SCALE}::float8 * s.n_live_tup)
+             AS analyze
+    FROM pg_stat_all_tables s JOIN pg_class c ON c.oid = s.relid
+    WHERE s.schemaname <> 'pg_toast' AND c.relkind = 'r'
+    ORDER BY s.schemaname, s.relname`;
+  const run: EmbeddedMaintenanceRun = { vacuumed: [], analyzed: [] };
+  for (const table of due) {
+    if (signal?.aborted) break;
+    // The name comes quoted from format('%I.%I'); VACUUM takes no parameters.
+    if (table.vacuum) {
+      await sql.unsafe(`VACUUM ${table.analyze ? "(ANALYZE) " : ""}${table.name}`);
+      run.vacuumed.push(table.name);
+    } else if (table.analyze) {
+      await sql.unsafe(`ANALYZE ${table.name}`);
+      run.analyzed.push(table.name);
+    }
+  }
+  return run;
+}

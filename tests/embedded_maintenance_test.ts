@@ -1,0 +1,90 @@
+/**
+ * The embedded engine's vacuum (src/db/embedded_maintenance.ts): PGlite has no autovacuum, so
+ * without it the row versions left by every update stay in the tables for good.
+ */
+import assert from "node:assert/strict";
+import { connectDatabase, type Sql } from "../src/db/connect.ts";
+import { migrate } from "../src/db/migrate.ts";
+import { maintainEmbedded } from "../src/db/embedded_maintenance.ts";
+import { databaseOf, ENGINE, startService, stopAndDrop } from "./helpers/service.ts";
+
+/** Leaves `rows` dead rows in `tenants` (prefix `prefix`), and makes the statistics show them. */
+async function churnTenants(sql: Sql, prefix: string, rows: number): Promise<void> {
+  await sql`
+    INSERT INTO tenants (id, name)
+    SELECT ${prefix} || g, 'Churn' FROM generate_series(1, ${rows}::int) g`;
+  await sql`DELETE FROM tenants WHERE id LIKE ${prefix + "%"}`;
+  // Statistics reach the shared counters when the session is idle, at most once a second.
+  await sql`SELECT pg_stat_force_next_flush()`;
+  await sql`SELECT 1`;
+}
+
+async function tenantsStats(sql: Sql) {
+  const [row] = await sql`
+    SELECT n_dead_tup::int AS dead, last_vacuum IS NOT NULL AS vacuumed,
+           last_analyze IS NOT NULL AS analyzed
+    FROM pg_stat_user_tables WHERE relname = 'tenants'`;
+  return row;
+}
+
+Deno.test("embedded maintenance: vacuums and analyzes a table past autovacuum's thresholds", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "purchase-relay-vacuum-" });
+  const db = await connectDatabase({
+    databaseUrl: null,
+    dataDir,
+    poolSize: 2,
+    timeoutMs: 30_000,
+    shareEmbedded: false,
+  });
+  try {
+    await migrate(db.sql);
+    await maintainEmbedded(db.sql);
+    await churnTenants(db.sql, "churn_a_", 1000);
+    const before = await tenantsStats(db.sql);
+    assert.equal(before.dead, 1000);
+    assert.equal(before.vacuumed, false);
+
+    const run = await maintainEmbedded(db.sql);
+    assert.ok(run.vacuumed.includes("public.tenants"), JSON.stringify(run));
+    await db.sql`SELECT pg_stat_force_next_flush()`;
+    assert.deepEqual(await tenantsStats(db.sql), { dead: 0, vacuumed: true, analyzed: true });
+
+    // Nothing is due any more: the next run leaves the table alone.
+    assert.equal((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"), false);
+
+    // A run asked to stop does no more.
+    const stopped = new AbortController();
+    stopped.abort();
+    await churnTenants(db.sql, "churn_b_", 1000);
+    assert.deepEqual(await maintainEmbedded(db.sql, stopped.signal), {
+      vacuumed: [],
+      analyzed: [],
+    });
+  } finally {
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "embedded maintenance: the service vacuums its embedded engine every minute",
+  ignore: ENGINE !== "embedded",
+  async fn() {
+    const service = await startService();
+    const sql = databaseOf(service);
+    try {
+      // The churn is found by the run at the next minute (the boot run has looked already).
+      await churnTenants(sql, "churn_", 1000);
+      const line = await service.waitForLog(
+        (l) => l.msg === "embedded_vacuumed" && (l.vacuumed as string[]).includes("public.tenants"),
+        75_000,
+      );
+      assert.equal(line.level, "info");
+      assert.equal(typeof line.durationMs, "number");
+      assert.equal((await tenantsStats(sql)).dead, 0);
+    } finally {
+      await sql.end();
+      await stopAndDrop(service);
+    }
+  },
+});
