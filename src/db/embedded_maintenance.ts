@@ -11,7 +11,7 @@
  * PostgreSQL keeps per table and vacuums the tables past autovacuum's thresholds (dead rows,
  * inserted rows, or the age of their oldest unfrozen transaction id), and analyzes the service's
  * own tables past the analyze threshold. One table at a time: each statement holds the engine's
- * one session while it runs.
+ * one session while it runs. Unlike autovacuum, it vacuums TOAST tables only for dead rows or age.
  */
 import type { Sql } from "./connect.ts";
 
@@ -41,24 +41,28 @@ export async function maintainEmbedded(
   signal?: AbortSignal,
 ): Promise<EmbeddedMaintenanceRun> {
   // System catalogs too: they age like any table, and the database's oldest transaction id is
-  // the oldest of all its tables'. TOAST tables are vacuumed with their tables.
+  // the oldest of all its tables'. A TOAST table (the notifications' payloads, most of the bytes)
+  // is vacuumed on its own, for dead rows or age only: vacuuming rows only because they were
+  // inserted would read every new payload while the session waits.
   const due = await sql<{ name: string; vacuum: boolean; analyze: boolean }[]>`
     SELECT format('%I.%I', s.schemaname, s.relname) AS name,
            (s.n_dead_tup > ${VACUUM_THRESHOLD}::float8 + ${VACUUM_SCALE}::float8 * s.n_live_tup
-            OR s.n_ins_since_vacuum > ${INSERT_THRESHOLD}::float8 + ${INSERT_SCALE}::float8 * s.n_live_tup
+            OR (s.schemaname <> 'pg_toast' AND s.n_ins_since_vacuum >
+                ${INSERT_THRESHOLD}::float8 + ${INSERT_SCALE}::float8 * s.n_live_tup)
             OR age(c.relfrozenxid) > ${FREEZE_MAX_AGE}::int) AS vacuum,
            (s.schemaname = current_schema()
-            AND s.n_mod_since_analyze > ${ANALYZE_THRESHOLD}::float8 + ${ANALYZE_SCALE}::float8 * s.n_live_tup)
-             AS analyze
+            AND s.n_mod_since_analyze >
+                ${ANALYZE_THRESHOLD}::float8 + ${ANALYZE_SCALE}::float8 * s.n_live_tup) AS analyze
     FROM pg_stat_all_tables s JOIN pg_class c ON c.oid = s.relid
-    WHERE s.schemaname <> 'pg_toast' AND c.relkind = 'r'
+    WHERE c.relkind IN ('r', 't')
     ORDER BY s.schemaname, s.relname`;
   const run: EmbeddedMaintenanceRun = { vacuumed: [], analyzed: [] };
   for (const table of due) {
     if (signal?.aborted) break;
     // The name comes quoted from format('%I.%I'); VACUUM takes no parameters.
     if (table.vacuum) {
-      await sql.unsafe(`VACUUM ${table.analyze ? "(ANALYZE) " : ""}${table.name}`);
+      const options = table.analyze ? "PROCESS_TOAST FALSE, ANALYZE" : "PROCESS_TOAST FALSE";
+      await sql.unsafe(`VACUUM (${options}) ${table.name}`);
       run.vacuumed.push(table.name);
     } else if (table.analyze) {
       await sql.unsafe(`ANALYZE ${table.name}`);
