@@ -6,18 +6,29 @@
  * lease left by recorded attempts, and the drain slowed as the backlog grew (docs/architecture.md,
  * "Queue statements and stale statistics").
  *
- * The plans are read from `auto_explain`, which reports each statement's plan with the rows every
- * node produced. PostgreSQL only: the embedded engine does not ship `auto_explain`, and its
- * statements are never prepared.
+ * The claim's plans are read from `auto_explain`, which reports each statement's plan with the rows
+ * every node produced: PostgreSQL only, since the embedded engine does not ship `auto_explain` and
+ * its statements are never prepared. The batch statement's plan is explained again from what the
+ * client sent, on both engines.
  */
 import assert from "node:assert/strict";
 import postgres from "postgres";
 import { type AttemptResult, claimDueDeliveries, recordAttempts } from "../src/delivery/queue.ts";
 import { connectTestDatabase, ENGINE, freshDatabase } from "./helpers/service.ts";
+import {
+  type DeliveryHandOver,
+  type HandedOverDelivery,
+  IngestBatcher,
+} from "../src/events/ingest_batch.ts";
+import type { VerifiedNotification } from "../src/events/ingest.ts";
+import { connectDatabase } from "../src/db/connect.ts";
+import { migrate } from "../src/db/migrate.ts";
 
 const BACKLOG = 3_000;
 const RECORDED = 300;
 const TENANT_CAP = 8;
+/** A backlog delivered since the statistics were taken. */
+const DRAINED = 10_000;
 
 function delivered(): AttemptResult {
   return {
@@ -30,10 +41,14 @@ function delivered(): AttemptResult {
   };
 }
 
-/** The most rows any scan of `deliveries` produced in a plan, over all its loops. */
+/**
+ * The most rows any scan of `deliveries` read in a plan, over all its loops: those it produced and
+ * those its filter removed.
+ */
 function widestDeliveriesScan(plan: PlanNode): number {
+  const read = (plan["Actual Rows"] ?? 0) + (plan["Rows Removed by Filter"] ?? 0);
   const own = plan["Relation Name"] === "deliveries" || /deliveries_/.test(plan["Index Name"] ?? "")
-    ? (plan["Actual Rows"] ?? 0) * (plan["Actual Loops"] ?? 1)
+    ? read * (plan["Actual Loops"] ?? 1)
     : 0;
   return Math.max(own, ...(plan.Plans ?? []).map(widestDeliveriesScan));
 }
@@ -44,6 +59,7 @@ interface PlanNode {
   "Index Name"?: string;
   "Actual Rows"?: number;
   "Actual Loops"?: number;
+  "Rows Removed by Filter"?: number;
   Plans?: PlanNode[];
 }
 
@@ -125,3 +141,111 @@ for (const mode of ["custom", "generic"] as const) {
     },
   });
 }
+
+/** A dispatcher that takes every delivery handed over to it. */
+class TakingHandOver implements DeliveryHandOver {
+  readonly owner = "o";
+  readonly leaseMs = 60_000;
+  readonly tenantCap = TENANT_CAP;
+  readonly started: HandedOverDelivery[] = [];
+  reserve(): boolean {
+    return true;
+  }
+  release(): void {}
+  start(delivery: HandedOverDelivery): void {
+    this.started.push(delivery);
+  }
+}
+
+class Rollback extends Error {}
+
+// Both engines: the embedded engine has no auto_explain, so the batch statement the service sent
+// is read back from the client and explained again, with fresh ids, in a transaction rolled back.
+Deno.test("delivery queue: the hand-over check reads a few rows once a large backlog has drained", async () => {
+  const test = await freshDatabase();
+  const url = test.env.DATABASE_URL ?? null;
+  // The embedded engine served on DATA_DIR's socket, so that a second client can reach it.
+  const db = await connectDatabase({
+    databaseUrl: url,
+    dataDir: test.dataDir,
+    poolSize: 2,
+    timeoutMs: 30_000,
+    shareEmbedded: true,
+  });
+  let sent: { query: string; parameters: unknown[] } | null = null;
+  const options = {
+    max: 1,
+    prepare: false,
+    onnotice: () => {},
+    debug: (_connection: number, query: string, parameters: unknown[]) => {
+      if (query.includes("WITH input AS")) sent = { query, parameters: [...parameters] };
+    },
+  };
+  const sql = url ? postgres(url, options) : postgres({
+    host: test.dataDir,
+    port: 5432,
+    username: "postgres",
+    database: "postgres",
+    ...options,
+  });
+  try {
+    await migrate(db.sql);
+    // Statistics taken while a backlog was pending, then the backlog delivered: the queue is
+    // empty, the statistics say it is full until the next analyze.
+    await db.sql`INSERT INTO tenants (id, name, callback_url) VALUES ('t', 't', 'https://x.test')`;
+    await db.sql`
+      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
+      SELECT 'evt_' || g, 't', 'storea', 'ext-' || g, 'renewal', 'DID_RENEW', '{}'
+      FROM generate_series(1, ${DRAINED}) g`;
+    await db.sql`
+      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at)
+      SELECT 'dlv_' || g, 'evt_' || g, 't', 'pending',
+             now() - interval '1 hour' + g * interval '1 millisecond'
+      FROM generate_series(1, ${DRAINED}) g`;
+    await db.sql`ANALYZE`;
+    await db.sql`UPDATE deliveries SET status = 'delivered', next_attempt_at = NULL`;
+    await db.sql`VACUUM deliveries`;
+
+    const handOver = new TakingHandOver();
+    const receipt = await new IngestBatcher(sql, { handOver }).ingest({
+      tenantId: "t",
+      source: "storea",
+      externalId: "ext-new",
+      entry: {
+        event: "subscription.renewed",
+        reason: null,
+        platformEvent: "storea.did_renew",
+        subject: null,
+      },
+      data: { notificationUUID: "ext-new" },
+      raw: null,
+    } as unknown as VerifiedNotification);
+    assert.equal(receipt.isNew, true);
+    assert.equal(handOver.started.length, 1, "the new delivery is handed over");
+    assert.ok(sent, "the batch statement was not seen");
+    const { query, parameters } = sent as { query: string; parameters: unknown[] };
+    const fresh = new Map<unknown, string>([
+      ["ext-new", "ext-again"],
+      [receipt.eventId, "evt_again"],
+      [handOver.started[0].id, "dlv_again"],
+    ]);
+    let plan: PlanNode | null = null;
+    await sql.begin(async (tx) => {
+      const [row] = await tx.unsafe(
+        `EXPLAIN (ANALYZE, FORMAT JSON) ${query}`,
+        parameters.map((p) => fresh.get(p) ?? p) as postgres.ParameterOrJSON<never>[],
+      );
+      plan = (Object.values(row)[0] as { Plan: PlanNode }[])[0].Plan;
+      throw new Rollback();
+    }).catch((error) => {
+      if (!(error instanceof Rollback)) throw error;
+    });
+    assert.ok(plan, "no plan");
+    const widest = widestDeliveriesScan(plan);
+    assert.ok(widest <= 4 * TENANT_CAP, `one new notification read ${widest} rows of deliveries`);
+  } finally {
+    await sql.end();
+    await db.close();
+    await test.drop();
+  }
+});

@@ -290,11 +290,16 @@ export class IngestBatcher {
              AND t.active AND t.callback_url IS NOT NULL
              AND t.delivery_failure_streak = 0
              AND input.hand_rank + ${leasesHeld(sql, cap)} <= ${cap}
-             AND NOT EXISTS (
-               SELECT 1 FROM deliveries w
-               WHERE w.tenant_id = t.id AND w.status = 'pending'
-                 AND w.next_attempt_at <= now()
-                 AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())) AS over
+             -- No delivery of the tenant waits: an ordered probe of the pending index, which stops
+             -- at the first. As NOT EXISTS, statistics taken during a backlog made it a scan of
+             -- the whole table once the backlog had drained (docs/architecture.md, "Queue
+             -- statements and stale statistics").
+             AND (SELECT w.id FROM deliveries w
+                  WHERE w.tenant_id = t.id AND w.status = 'pending'
+                    AND w.next_attempt_at <= now()
+                    AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())
+                  ORDER BY w.next_attempt_at
+                  LIMIT 1) IS NULL AS over
         ) hand
         RETURNING event_id, tenant_id, status, lease_owner IS NOT NULL AS handed
       )
