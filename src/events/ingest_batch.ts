@@ -292,8 +292,8 @@ export class IngestBatcher {
              AND input.hand_rank + ${leasesHeld(sql, cap)} <= ${cap}
              -- No delivery of the tenant waits: an ordered probe of the pending index, which stops
              -- at the first. As NOT EXISTS, statistics taken during a backlog made it a scan of
-             -- the whole table once the backlog had drained (docs/architecture.md, "Queue
-             -- statements and stale statistics").
+             -- the whole table once the backlog had drained
+             -- (docs/architecture.md, "Queue statements and stale statistics").
              AND (SELECT w.id FROM deliveries w
                   WHERE w.tenant_id = t.id AND w.status = 'pending'
                     AND w.next_attempt_at <= now()
