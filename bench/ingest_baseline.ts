@@ -20,6 +20,7 @@
  */
 import { connectDatabase } from "../src/db/connect.ts";
 import { EMBEDDED_V8_FLAGS, serviceEnvironment } from "../src/permissions.ts";
+import { runPinnedForJson } from "./support.ts";
 
 /** The statement the service runs for one notification, with pgbench's `:payload` variable. */
 const STATEMENT = `
@@ -162,34 +163,20 @@ export interface EmbeddedIngestBaselineOptions {
 export async function runEmbeddedIngestBaseline(
   options: EmbeddedIngestBaselineOptions,
 ): Promise<IngestBaseline> {
-  const output = await new Deno.Command("taskset", {
-    args: [
-      "-c",
-      String(options.core),
-      Deno.execPath(),
-      "run",
-      "--allow-read",
-      "--allow-write",
-      "--allow-env",
-      "--allow-net",
-      "--allow-sys",
-      // The engine runs as in the service: the same V8 flags and malloc settings.
-      `--v8-flags=${EMBEDDED_V8_FLAGS.join(",")}`,
-      new URL(import.meta.url).pathname,
-      "embedded",
-      JSON.stringify(options),
-    ],
-    env: serviceEnvironment({}),
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(output.stdout);
-  if (!output.success) {
-    throw new Error(
-      `the embedded ingest baseline failed: ${text}${new TextDecoder().decode(output.stderr)}`,
-    );
-  }
-  return JSON.parse(text);
+  return await runPinnedForJson("the embedded ingest baseline", options.core, [
+    Deno.execPath(),
+    "run",
+    "--allow-read",
+    "--allow-write",
+    "--allow-env",
+    "--allow-net",
+    "--allow-sys",
+    // The engine runs as in the service: the same V8 flags and malloc settings.
+    `--v8-flags=${EMBEDDED_V8_FLAGS.join(",")}`,
+    new URL(import.meta.url).pathname,
+    "embedded",
+    JSON.stringify(options),
+  ], serviceEnvironment({})) as IngestBaseline;
 }
 
 /** The embedded run itself, in the process {@linkcode runEmbeddedIngestBaseline} starts. */

@@ -83,6 +83,7 @@ import {
   readMemory,
   runCli,
   runOpenLoopGenerator,
+  runPinnedForJson,
   runWrk,
   type Server,
   setStoreaCredentials,
@@ -890,27 +891,14 @@ async function runSignedPostLoop(
     seconds: settings.durationSeconds,
     inFlight: POST_LOOP_IN_FLIGHT,
   };
-  const output = await new Deno.Command("taskset", {
-    args: [
-      "-c",
-      String(settings.serverCore),
-      Deno.execPath(),
-      "run",
-      "--allow-net=127.0.0.1",
-      `--allow-read=${tmp}`,
-      new URL("./signed_post_loop.ts", import.meta.url).pathname,
-      JSON.stringify(config),
-    ],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(output.stdout);
-  if (!output.success) {
-    throw new Error(
-      `the signed-POST loop failed: ${text}${new TextDecoder().decode(output.stderr)}`,
-    );
-  }
-  return JSON.parse(text.trim().split("\n").at(-1)!);
+  return await runPinnedForJson("the signed-POST loop", settings.serverCore, [
+    Deno.execPath(),
+    "run",
+    "--allow-net=127.0.0.1",
+    `--allow-read=${tmp}`,
+    new URL("./signed_post_loop.ts", import.meta.url).pathname,
+    JSON.stringify(config),
+  ]) as SignedPostLoopResult;
 }
 
 /** Starts the sink (this module, `sink`) on the load core; it prints its port once listening. */

@@ -826,6 +826,31 @@ export function exitWithError(error: unknown): never {
 }
 
 /**
+ * Runs `command` pinned to `core` and returns the last line it printed, parsed as JSON; when it
+ * exits non-zero, fails with `what` and everything it printed.
+ */
+export async function runPinnedForJson(
+  what: string,
+  core: number,
+  command: string[],
+  env?: Record<string, string>,
+): Promise<unknown> {
+  const output = await new Deno.Command("taskset", {
+    args: ["-c", String(core), ...command],
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(output.stdout);
+  if (!output.success) {
+    throw new Error(
+      `${what} failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
+    );
+  }
+  return JSON.parse(text.trim().split("\n").at(-1)!);
+}
+
+/**
  * Runs `bench/open_loop.mjs` under Node, pinned to `loadCore`, with `config` (its module doc says
  * what it takes), and returns the one JSON line it prints.
  */
@@ -833,18 +858,11 @@ export async function runOpenLoopGenerator(
   loadCore: number,
   config: Record<string, unknown>,
 ): Promise<Record<string, unknown>> {
-  const output = await new Deno.Command("taskset", {
-    args: ["-c", String(loadCore), "node", `${ROOT}/bench/open_loop.mjs`, JSON.stringify(config)],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const text = new TextDecoder().decode(output.stdout);
-  if (!output.success) {
-    throw new Error(
-      `open_loop.mjs failed (${output.code}): ${text}${new TextDecoder().decode(output.stderr)}`,
-    );
-  }
-  return JSON.parse(text);
+  return await runPinnedForJson("open_loop.mjs", loadCore, [
+    "node",
+    `${ROOT}/bench/open_loop.mjs`,
+    JSON.stringify(config),
+  ]) as Record<string, unknown>;
 }
 
 /** Checks that `wrk` and `taskset` are installed; returns wrk's version. */
