@@ -41,6 +41,19 @@ function delivered(): AttemptResult {
   };
 }
 
+/** `count` events of tenant `t`, each with a delivery pending and due, oldest first. */
+async function seedBacklog(sql: postgres.Sql, count: number): Promise<void> {
+  await sql`
+    INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
+    SELECT 'evt_' || g, 't', 'storea', 'ext-' || g, 'renewal', 'DID_RENEW', '{}'
+    FROM generate_series(1, ${count}) g`;
+  await sql`
+    INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at)
+    SELECT 'dlv_' || g, 'evt_' || g, 't', 'pending',
+           now() - interval '1 hour' + g * interval '1 millisecond'
+    FROM generate_series(1, ${count}) g`;
+}
+
 /**
  * The most rows any scan of `deliveries` read in a plan, over all its loops: those it produced and
  * those its filter removed.
@@ -85,15 +98,7 @@ for (const mode of ["custom", "generic"] as const) {
         await db
           .sql`INSERT INTO tenants (id, name, callback_url) VALUES ('t', 't', 'https://x.test')`;
         await db.sql`ANALYZE`;
-        await db.sql`
-          INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
-          SELECT 'evt_' || g, 't', 'storea', 'ext-' || g, 'renewal', 'DID_RENEW', '{}'
-          FROM generate_series(1, ${BACKLOG}) g`;
-        await db.sql`
-          INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at)
-          SELECT 'dlv_' || g, 'evt_' || g, 't', 'pending',
-                 now() - interval '1 hour' + g * interval '1 millisecond'
-          FROM generate_series(1, ${BACKLOG}) g`;
+        await seedBacklog(db.sql, BACKLOG);
         if (mode === "generic") await sql`SET plan_cache_mode = force_generic_plan`;
         // Attempts recorded leave index entries behind them until the table is vacuumed.
         for (let done = 0; done < RECORDED; done += TENANT_CAP) {
@@ -193,15 +198,7 @@ Deno.test("delivery queue: the hand-over check reads a few rows once a large bac
     // Statistics taken while a backlog was pending, then the backlog delivered: the queue is
     // empty, the statistics say it is full until the next analyze.
     await db.sql`INSERT INTO tenants (id, name, callback_url) VALUES ('t', 't', 'https://x.test')`;
-    await db.sql`
-      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
-      SELECT 'evt_' || g, 't', 'storea', 'ext-' || g, 'renewal', 'DID_RENEW', '{}'
-      FROM generate_series(1, ${DRAINED}) g`;
-    await db.sql`
-      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at)
-      SELECT 'dlv_' || g, 'evt_' || g, 't', 'pending',
-             now() - interval '1 hour' + g * interval '1 millisecond'
-      FROM generate_series(1, ${DRAINED}) g`;
+    await seedBacklog(db.sql, DRAINED);
     await db.sql`ANALYZE`;
     await db.sql`UPDATE deliveries SET status = 'delivered', next_attempt_at = NULL`;
     await db.sql`VACUUM deliveries`;
