@@ -13,9 +13,9 @@
  *   runs the statement from `clients` concurrent callers. PGlite has one session, which the
  *   service shares the same way: this is the engine's own one-transaction-per-row rate.
  *
- * The payload is random base64, which TOAST stores uncompressed where it compresses the service's
- * (docs/benchmarks.md says why the rates come out the same); the ids and external ids are fresh
- * UUIDs, so every transaction inserts.
+ * The payload is one the service stored in the run, so that the engine compresses what it
+ * compresses for the service; the ids and external ids are fresh UUIDs, so every transaction
+ * inserts.
  * @module
  */
 import { connectDatabase } from "../src/db/connect.ts";
@@ -91,13 +91,13 @@ export async function runIngestBaseline(options: {
   tmp: string;
   core: number;
   clients: number;
-  payloadBytes: number;
+  /** A payload the service stored. */
+  payload: string;
   seconds: number;
 }): Promise<IngestBaseline> {
   const pgbench = await findPgbench();
   const script = `${options.tmp}/ingest-baseline.sql`;
   await Deno.writeTextFile(script, STATEMENT);
-  const payload = randomPayload(options.payloadBytes);
   const before = await options.countEvents();
   const output = await new Deno.Command("taskset", {
     args: [
@@ -116,7 +116,7 @@ export async function runIngestBaseline(options: {
       "-D",
       `tenant=${options.tenantId}`,
       "-D",
-      `payload=${payload}`,
+      `payload=${options.payload}`,
       "-f",
       script,
       options.databaseUrl,
@@ -135,18 +135,12 @@ export async function runIngestBaseline(options: {
   return {
     tool: "pgbench",
     clients: options.clients,
-    payloadBytes: options.payloadBytes,
+    payloadBytes: options.payload.length,
     seconds: options.seconds,
     transactionsPerSecond: Number(tps[1]),
     transactions: Number(processed[1]),
     eventsAdded,
   };
-}
-
-/** Random base64 of `bytes` characters. */
-function randomPayload(bytes: number): string {
-  const raw = crypto.getRandomValues(new Uint8Array(Math.ceil(bytes * 3 / 4)));
-  return btoa(String.fromCharCode(...raw)).slice(0, bytes);
 }
 
 /** What an embedded run takes; the service that used `dataDir` must have stopped. */
@@ -155,7 +149,8 @@ export interface EmbeddedIngestBaselineOptions {
   tenantId: string;
   core: number;
   clients: number;
-  payloadBytes: number;
+  /** A payload the service stored. */
+  payload: string;
   seconds: number;
 }
 
@@ -190,7 +185,7 @@ async function measureEmbedded(options: EmbeddedIngestBaselineOptions): Promise<
   });
   try {
     const statement = STATEMENT.replace(":tenant", "$1").replace(":payload", "$2");
-    const payload = randomPayload(options.payloadBytes);
+    const { payload } = options;
     const count = async () => (await db.sql`SELECT count(*)::int AS n FROM events`)[0].n;
     const before = await count();
     let transactions = 0;
@@ -206,7 +201,7 @@ async function measureEmbedded(options: EmbeddedIngestBaselineOptions): Promise<
     return {
       tool: "npm:postgres, in process",
       clients: options.clients,
-      payloadBytes: options.payloadBytes,
+      payloadBytes: payload.length,
       seconds: options.seconds,
       transactionsPerSecond: transactions / seconds,
       transactions,
