@@ -326,7 +326,9 @@ function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposa
       log.warn("embedded_vacuum_failed", log.errorFields(error));
     }
   });
-  job.start();
+  // Not at boot: the engine's statistics start empty, so only the transaction-id age check could
+  // find work, and the check's catalog query would hold the engine while the service starts.
+  job.schedule();
   stack.defer(() => job.stop());
 }
 

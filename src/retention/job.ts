@@ -25,8 +25,13 @@ export class PruneJob {
 
   /** Starts a run now and schedules the next ones (`schedule` is a cron expression, UTC). */
   start(): void {
-    Deno.cron(this.#name, this.#schedule, { signal: this.#stop.signal }, () => this.run());
+    this.schedule();
     void this.run();
+  }
+
+  /** Schedules the runs, the first at the schedule's next time. */
+  schedule(): void {
+    Deno.cron(this.#name, this.#schedule, { signal: this.#stop.signal }, () => this.run());
   }
 
   /** Runs the prune now, or joins the run under way. */
