@@ -17,11 +17,17 @@ const REQUESTS = 300;
 const PADDING_CHARS = 120_000;
 /**
  * Generous bounds: refusing these costs about 20 MB of transient heap (the bodies are 0.5 MB
- * each) and 1 ms of CPU per request; checking and caching every presented chain cost about
- * 160 MB and 9 ms per request.
+ * each) and 1 to 2 ms of CPU per request on PostgreSQL; checking and caching every presented
+ * chain cost about 160 MB and 9 ms per request.
+ *
+ * The service on the embedded engine runs V8 with a 2 MB young generation (src/permissions.ts),
+ * in which each 0.5 MB body costs several times the garbage collection: 6.5 to 9.4 ms per request
+ * on a machine where PostgreSQL's run took 1.8 to 2.2 ms. The code that refuses them is the same
+ * on both engines, so PostgreSQL's run holds the CPU bound that tells a chain check from none;
+ * the embedded run's bounds catch gross regressions and any caching.
  */
 const MAX_RSS_GROWTH_MB = 64;
-const MAX_CPU_MS_PER_REQUEST = 3;
+const MAX_CPU_MS_PER_REQUEST = ENGINE === "embedded" ? 20 : 3;
 
 const VECTORS = fileURLToPath(new URL("../fixtures/storea/", import.meta.url));
 
