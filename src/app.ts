@@ -310,7 +310,7 @@ function startEventRetention(
 
 /**
  * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded_maintenance.ts):
- * at boot, in the background, then every minute, as autovacuum would look.
+ * every minute, as autovacuum would look.
  */
 function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposableStack): void {
   const job = new PruneJob("embedded engine vacuum", "* * * * *", async (signal) => {

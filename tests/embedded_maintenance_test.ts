@@ -3,10 +3,16 @@
  * without it the row versions left by every update stay in the tables for good.
  */
 import assert from "node:assert/strict";
-import { connectDatabase, type Sql } from "../src/db/connect.ts";
-import { migrate } from "../src/db/migrate.ts";
+import type { Sql } from "../src/db/connect.ts";
 import { maintainEmbedded } from "../src/db/embedded_maintenance.ts";
-import { databaseOf, ENGINE, startService, stopAndDrop } from "./helpers/service.ts";
+import {
+  connectTestDatabase,
+  databaseOf,
+  ENGINE,
+  freshDatabase,
+  startService,
+  stopAndDrop,
+} from "./helpers/service.ts";
 
 /** Leaves `rows` dead rows in `tenants` (prefix `prefix`), and makes the statistics show them. */
 async function churnTenants(sql: Sql, prefix: string, rows: number): Promise<void> {
@@ -27,43 +33,40 @@ async function tenantsStats(sql: Sql) {
   return row;
 }
 
-Deno.test("embedded maintenance: vacuums and analyzes a table past autovacuum's thresholds", async () => {
-  const dataDir = await Deno.makeTempDir({ prefix: "purchase-relay-vacuum-" });
-  const db = await connectDatabase({
-    databaseUrl: null,
-    dataDir,
-    poolSize: 2,
-    timeoutMs: 30_000,
-    shareEmbedded: false,
-  });
-  try {
-    await migrate(db.sql);
-    await maintainEmbedded(db.sql);
-    await churnTenants(db.sql, "churn_a_", 1000);
-    const before = await tenantsStats(db.sql);
-    assert.equal(before.dead, 1000);
-    assert.equal(before.vacuumed, false);
+Deno.test({
+  name: "embedded maintenance: vacuums and analyzes a table past autovacuum's thresholds",
+  ignore: ENGINE !== "embedded",
+  async fn() {
+    const test = await freshDatabase();
+    const db = await connectTestDatabase(test);
+    try {
+      await maintainEmbedded(db.sql);
+      await churnTenants(db.sql, "churn_a_", 1000);
+      const before = await tenantsStats(db.sql);
+      assert.equal(before.dead, 1000);
+      assert.equal(before.vacuumed, false);
 
-    const run = await maintainEmbedded(db.sql);
-    assert.ok(run.vacuumed.includes("public.tenants"), JSON.stringify(run));
-    await db.sql`SELECT pg_stat_force_next_flush()`;
-    assert.deepEqual(await tenantsStats(db.sql), { dead: 0, vacuumed: true, analyzed: true });
+      const run = await maintainEmbedded(db.sql);
+      assert.ok(run.vacuumed.includes("public.tenants"), JSON.stringify(run));
+      await db.sql`SELECT pg_stat_force_next_flush()`;
+      assert.deepEqual(await tenantsStats(db.sql), { dead: 0, vacuumed: true, analyzed: true });
 
-    // Nothing is due any more: the next run leaves the table alone.
-    assert.equal((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"), false);
+      // Nothing is due any more: the next run leaves the table alone.
+      assert.equal((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"), false);
 
-    // A run asked to stop does no more.
-    const stopped = new AbortController();
-    stopped.abort();
-    await churnTenants(db.sql, "churn_b_", 1000);
-    assert.deepEqual(await maintainEmbedded(db.sql, stopped.signal), {
-      vacuumed: [],
-      analyzed: [],
-    });
-  } finally {
-    await db.close();
-    await Deno.remove(dataDir, { recursive: true });
-  }
+      // A run asked to stop does no more.
+      const stopped = new AbortController();
+      stopped.abort();
+      await churnTenants(db.sql, "churn_b_", 1000);
+      assert.deepEqual(await maintainEmbedded(db.sql, stopped.signal), {
+        vacuumed: [],
+        analyzed: [],
+      });
+    } finally {
+      await db.close();
+      await test.drop();
+    }
+  },
 });
 
 Deno.test({
@@ -73,7 +76,7 @@ Deno.test({
     const service = await startService();
     const sql = databaseOf(service);
     try {
-      // The churn is found by the run at the next minute (the boot run has looked already).
+      // The churn is found by the run at the next minute.
       await churnTenants(sql, "churn_", 1000);
       const line = await service.waitForLog(
         (l) => l.msg === "embedded_vacuumed" && (l.vacuumed as string[]).includes("public.tenants"),
