@@ -56,6 +56,7 @@ import {
 } from "./ingest_baseline.ts";
 import type { SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
+import { sharedEmbeddedClient } from "../src/db/connect.ts";
 import {
   beginRun,
   checkAnswer,
@@ -1261,15 +1262,7 @@ function fixed(seconds: number): string {
  */
 function connectQueue(databaseUrl: string | null, dataDir: string): postgres.Sql {
   if (databaseUrl) return postgres(databaseUrl, { max: 1, onnotice: () => {} });
-  return postgres({
-    host: dataDir,
-    port: 5432,
-    user: "postgres",
-    database: "postgres",
-    max: 1,
-    prepare: false,
-    onnotice: () => {},
-  });
+  return sharedEmbeddedClient(dataDir);
 }
 
 /** How the tables name the engine. */

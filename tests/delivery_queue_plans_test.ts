@@ -21,7 +21,7 @@ import {
   IngestBatcher,
 } from "../src/events/ingest_batch.ts";
 import type { VerifiedNotification } from "../src/events/ingest.ts";
-import { connectDatabase } from "../src/db/connect.ts";
+import { connectDatabase, sharedEmbeddedClient } from "../src/db/connect.ts";
 import { migrate } from "../src/db/migrate.ts";
 
 const BACKLOG = 3_000;
@@ -186,13 +186,7 @@ Deno.test("delivery queue: the hand-over check reads a few rows once a large bac
       if (query.includes("WITH input AS")) sent = { query, parameters: [...parameters] };
     },
   };
-  const sql = url ? postgres(url, options) : postgres({
-    host: test.dataDir,
-    port: 5432,
-    username: "postgres",
-    database: "postgres",
-    ...options,
-  });
+  const sql = url ? postgres(url, options) : sharedEmbeddedClient(test.dataDir, options);
   try {
     await migrate(db.sql);
     // Statistics taken while a backlog was pending, then the backlog delivered: the queue is

@@ -247,6 +247,27 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
 }
 
 /** Where a client of the embedded engine connects: this process's engine, or another's socket. */
+/**
+ * One connection to the embedded engine another process serves on `dataDir`'s socket
+ * (`shareEmbedded`), for tests and benchmarks that read what a running service wrote. It shares the
+ * engine's one session with that process's connections, so it never names statements.
+ */
+export function sharedEmbeddedClient(
+  dataDir: string,
+  options: postgres.Options<Record<string, postgres.PostgresType>> = {},
+): Sql {
+  return postgres({
+    host: dataDir,
+    port: 5432,
+    user: "postgres",
+    database: "postgres",
+    max: 1,
+    onnotice: () => {},
+    ...options,
+    prepare: false,
+  });
+}
+
 type EmbeddedRoute = { engine: EmbeddedServer } | { socketDir: string };
 
 /**

@@ -7,7 +7,7 @@ import postgres from "postgres";
 import { join } from "node:path";
 import { serviceEnvironment, servicePermissions } from "../../src/permissions.ts";
 import { migrate } from "../../src/db/migrate.ts";
-import { connectDatabase, type Database } from "../../src/db/connect.ts";
+import { connectDatabase, type Database, sharedEmbeddedClient } from "../../src/db/connect.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 /** A fixed master key for tests (base64 of 32 bytes). */
@@ -399,15 +399,7 @@ export async function stopAndDrop(service: RunningService): Promise<void> {
 export function databaseOf(service: RunningService): postgres.Sql {
   const url = service.db.env.DATABASE_URL;
   if (url) return postgres(url, { max: 1, onnotice: () => {} });
-  return postgres({
-    host: service.db.dataDir,
-    port: 5432,
-    username: "postgres",
-    database: "postgres",
-    max: 1,
-    prepare: false,
-    onnotice: () => {},
-  });
+  return sharedEmbeddedClient(service.db.dataDir);
 }
 
 /**
