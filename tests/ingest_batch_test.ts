@@ -102,6 +102,36 @@ Deno.test("ingest batch: one statement stores many; duplicates answer with the f
   }
 });
 
+Deno.test("ingest batch: batches of a power of two rows, the rest left to the next", async () => {
+  const { db, test } = await openDatabase();
+  try {
+    await db.sql`INSERT INTO tenants (id, name, active, callback_url)
+      VALUES ('tenant_a', 'a', true, 'https://example.com/hook')`;
+    // The rows of each batch statement, as the VALUES list given to the client.
+    const sizes: number[] = [];
+    const sql = new Proxy(db.sql, {
+      apply(target, self, args) {
+        const [first] = args;
+        if (Array.isArray(first) && !("raw" in first) && Array.isArray(first[0])) {
+          sizes.push(first.length);
+        }
+        return Reflect.apply(target, self, args);
+      },
+    });
+    const batcher = new IngestBatcher(sql, { maxInFlight: 1, powerOfTwoRows: true });
+    // The first goes alone; the 37 queued behind it go as 32, 4 and 1.
+    const sent = Array.from({ length: 38 }, (_, i) => notification("tenant_a", `p-${i}`));
+    const receipts = await Promise.all(sent.map((n) => batcher.ingest(n)));
+    assert.deepEqual(sizes, [1, 32, 4, 1]);
+    assert.ok(receipts.every((receipt) => receipt.isNew));
+    const [{ events }] = await db.sql`SELECT count(*)::int AS events FROM events`;
+    assert.equal(events, 38);
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
 Deno.test("ingest batch: one bad row fails only its caller", async () => {
   const { db, test } = await openDatabase();
   const sql = db.sql;

@@ -29,6 +29,11 @@ export interface Database {
   dispatchSql: Sql;
   engine: "postgresql" | "embedded";
   /**
+   * `sql` sends named (prepared) statements, whose plans PostgreSQL keeps per connection: not on
+   * the embedded engine, nor behind a transaction pooler.
+   */
+  preparesStatements: boolean;
+  /**
    * Calls `onNotify` whenever any process runs `NOTIFY channel`. A process that uses an embedded
    * engine hosted by another process hears nothing (it relies on its periodic work instead).
    * Behind a transaction pooler without `DATABASE_LISTEN_URL` it is called every 5 s instead.
@@ -131,6 +136,7 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     sql,
     dispatchSql,
     engine: "postgresql",
+    preparesStatements: pooler !== "transaction",
     listen: async (channel, onNotify) => {
       if (listener === null && pooler === "transaction") {
         // A LISTEN through the pooler would hear nothing: look for work on a timer instead.
@@ -302,6 +308,7 @@ function embeddedClient(
     sql,
     dispatchSql,
     engine: "embedded",
+    preparesStatements: false,
     listen: (channel, onNotify) => engine?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
       await Promise.all([

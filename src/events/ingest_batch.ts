@@ -41,6 +41,12 @@ export interface IngestBatchOptions {
   maxBytes: number;
   /** Batch statements in flight at once. */
   maxInFlight: number;
+  /**
+   * Round each batch down to a power of two rows, leaving the rest to the next: for a client
+   * that prepares its statements, whose plans PostgreSQL keeps per statement text
+   * (docs/architecture.md, "Group-commit ingest").
+   */
+  powerOfTwoRows: boolean;
 }
 
 /** Defaults: a few hundred rows, a few megabytes, two statements overlapping. */
@@ -48,6 +54,7 @@ export const INGEST_BATCH_DEFAULTS: IngestBatchOptions = {
   maxRows: 256,
   maxBytes: 8 * 1024 * 1024,
   maxInFlight: 2,
+  powerOfTwoRows: false,
 };
 
 /** A delivery committed leased to the dispatcher, with what its first attempt needs. */
@@ -140,17 +147,17 @@ export class IngestBatcher {
 
   #next(): void {
     while (this.#inFlight < this.#options.maxInFlight && this.#queue.length > 0) {
-      const batch: Pending[] = [];
+      let rows = 0;
       let bytes = 0;
       while (
-        this.#queue.length > 0 && batch.length < this.#options.maxRows &&
-        (batch.length === 0 ||
-          bytes + this.#queue[0].prepared.payload.length <= this.#options.maxBytes)
+        rows < this.#queue.length && rows < this.#options.maxRows &&
+        (rows === 0 || bytes + this.#queue[rows].prepared.payload.length <= this.#options.maxBytes)
       ) {
-        const pending = this.#queue.shift()!;
-        bytes += pending.prepared.payload.length;
-        batch.push(pending);
+        bytes += this.#queue[rows].prepared.payload.length;
+        rows++;
       }
+      if (this.#options.powerOfTwoRows) rows = 2 ** Math.floor(Math.log2(rows));
+      const batch = this.#queue.splice(0, rows);
       this.#inFlight++;
       this.#run(batch).finally(() => {
         this.#inFlight--;
