@@ -3,6 +3,7 @@
  * socket from others, share PGlite's one session safely.
  */
 import assert from "node:assert/strict";
+import postgres from "postgres";
 import { connectDatabase, type Database } from "../src/db/connect.ts";
 import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
 
@@ -146,6 +147,41 @@ Deno.test("embedded: concurrent connections' statements never run with each othe
     answers.forEach((rows, i) => assert.equal(rows[0].v, i % 2 === 0 ? i + 1 : `text:${i}`));
   } finally {
     await other.close();
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
+Deno.test("embedded: a connection's named statements are deallocated when it closes", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 2, true);
+  // A client of the engine's socket that names its statements.
+  const other = postgres({
+    host: dataDir,
+    port: 5432,
+    user: "postgres",
+    database: "postgres",
+    max: 1,
+    prepare: true,
+  });
+  const marked = () =>
+    db.sql`SELECT count(*)::int AS n FROM pg_prepared_statements
+           WHERE statement LIKE '%AS closing_' || 'marker%'`.then(([row]) => row.n);
+  try {
+    // The session is shared: each connection's statements live in it under names of their own.
+    for (let i = 0; i < 3; i++) {
+      const [row] = await other`SELECT ${i}::int AS closing_marker`;
+      assert.equal(row.closing_marker, i);
+    }
+    assert.equal(await marked(), 1, "the statement was prepared once, by name");
+    await other.end();
+    const deadline = Date.now() + 5_000;
+    while (await marked() > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(await marked(), 0, "the closed connection's statement outlived it");
+  } finally {
+    await other.end();
     await db.close();
     await Deno.remove(dataDir, { recursive: true });
   }

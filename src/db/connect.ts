@@ -29,8 +29,8 @@ export interface Database {
   dispatchSql: Sql;
   engine: "postgresql" | "embedded";
   /**
-   * `sql` sends named (prepared) statements, whose plans PostgreSQL keeps per connection: not on
-   * the embedded engine, nor behind a transaction pooler.
+   * `sql` sends named (prepared) statements, whose plans the engine keeps per connection: not
+   * behind a transaction pooler, nor to an embedded engine another process hosts.
    */
   preparesStatements: boolean;
   /**
@@ -252,11 +252,11 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
   });
 }
 
-/** Where a client of the embedded engine connects: this process's engine, or another's socket. */
 /**
  * One connection to the embedded engine another process serves on `dataDir`'s socket
  * (`shareEmbedded`), for tests and benchmarks that read what a running service wrote. It shares the
- * engine's one session with that process's connections, so it never names statements.
+ * engine's one session with that process's connections and never names statements: a named
+ * statement's first run holds the session between its two halves (see db/embedded.ts).
  */
 export function sharedEmbeddedClient(
   dataDir: string,
@@ -274,6 +274,7 @@ export function sharedEmbeddedClient(
   });
 }
 
+/** Where a client of the embedded engine connects: this process's engine, or another's socket. */
 type EmbeddedRoute = { engine: EmbeddedServer } | { socketDir: string };
 
 /**
@@ -286,7 +287,7 @@ function embeddedClient(
   stop: () => Promise<void>,
 ): Database {
   const engine = "engine" in route ? route.engine : null;
-  const client = (poolSize: number) =>
+  const client = (poolSize: number, prepare: boolean) =>
     postgres({
       ...("engine" in route
         ? { socket: () => route.engine.connect() }
@@ -294,21 +295,25 @@ function embeddedClient(
       user: "postgres",
       database: "postgres",
       max: poolSize,
-      // Connections share PGlite's one session, so statement names must not be reused.
-      prepare: false,
+      prepare,
       // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9
       // must not time out there: a connection closed with a write pending and then reopened keeps
       // a stale write timer and never flushes its next small message (its query hangs for good).
       connect_timeout: 30,
       onnotice: () => {},
     });
-  const sql = client(sizes.poolSize);
-  const dispatchSql = sizes.dispatchPoolSize ? client(sizes.dispatchPoolSize) : sql;
+  // In the hosting process the receivers' statements are prepared, as on PostgreSQL: planning a
+  // batch statement costs the engine more than running it. The dispatcher's are planned at each
+  // run, as on PostgreSQL (docs/architecture.md, "Queue statements and stale statistics"). Over
+  // the socket nothing is prepared: a first run's two halves would hold the session between them.
+  const prepares = engine !== null;
+  const sql = client(sizes.poolSize, prepares);
+  const dispatchSql = sizes.dispatchPoolSize ? client(sizes.dispatchPoolSize, false) : sql;
   return {
     sql,
     dispatchSql,
     engine: "embedded",
-    preparesStatements: false,
+    preparesStatements: prepares,
     listen: (channel, onNotify) => engine?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
       await Promise.all([

@@ -6,8 +6,10 @@
  *
  * PGlite has one session. The server below lets several connections share it safely: it runs a
  * connection's messages up to each Sync (or simple Query) as one unit under a lock, and keeps
- * the lock for that connection while it has a transaction open. Clients must not use named
- * prepared statements (`prepare: false`): the session, and so its statement names, is shared.
+ * the lock for that connection while it has a transaction open. The session's prepared
+ * statements are shared too: a client may name statements only with names no other connection
+ * uses (npm:postgres prefixes each connection's names with a random string), and the server
+ * deallocates a connection's named statements when it closes, so that they do not outlive it.
  *
  * A parameterised query outside a transaction takes the client two round trips (Parse, Describe
  * and Flush, then Bind, Execute and Sync once it knows the parameter types). The lock is not
@@ -15,8 +17,10 @@
  * connection (over the Unix socket, under load, the second half sometimes never came; see
  * memory_socket.ts). The
  * server remembers the Parse instead and runs it again just before the Bind, hiding its second
- * ParseComplete; the unnamed statement is the same text, so the result is the same. If the first
- * half failed, PostgreSQL skips every message until the next Sync, whoever sends it: the lock
+ * ParseComplete; the unnamed statement is the same text, so the result is the same. A named
+ * statement's first run keeps the lock between its halves instead: the statement must exist when
+ * its Bind comes. Only the hosting process names statements, over in-memory sockets, once per
+ * statement and connection. If the first half failed, PostgreSQL skips every message until the next Sync, whoever sends it: the lock
  * then stays with the connection until its own Sync (npm:postgres sends it on the error).
  *
  * A startup message is answered from memory when PGlite has already answered the same bytes:
@@ -195,6 +199,8 @@ function serveConnection(context: ConnectionContext): void {
   let work = Promise.resolve();
   /** The Parse of a describe-first exchange, to run again before its Bind (see the module doc). */
   let parseToRepeat: Uint8Array | null = null;
+  /** The statements this connection named, deallocated when it closes. */
+  const named = new Set<string>();
   /**
    * Whether PostgreSQL is skipping this connection's messages until its Sync: after an error in
    * an exchange the client has not ended yet (its Sync follows), as the protocol has it.
@@ -218,6 +224,7 @@ function serveConnection(context: ConnectionContext): void {
             socket.end();
             break;
           }
+          if (message[0] === MSG_PARSE && message[5] !== 0) named.add(statementName(message));
           const hideParseComplete = message === repeated;
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
@@ -318,8 +325,27 @@ function serveConnection(context: ConnectionContext): void {
   socket.on("error", () => socket.destroy());
   socket.on("close", () => {
     clearTimeout(idleTimer);
-    work = work.then(endSession);
+    work = work.then(endSession).then(deallocateNamed);
   });
+
+  const deallocateNamed = async () => {
+    if (named.size === 0) return;
+    const unlock = await lock.acquire();
+    try {
+      for (const name of named) {
+        // A statement whose Parse failed was never made: nothing to deallocate.
+        await db.exec(`DEALLOCATE "${name.replaceAll('"', '""')}"`).catch(() => {});
+      }
+    } finally {
+      named.clear();
+      unlock();
+    }
+  };
+}
+
+/** The statement name of a Parse message: a C string after the type and length. */
+function statementName(parse: Uint8Array): string {
+  return new TextDecoder().decode(parse.subarray(5, parse.indexOf(0, 5)));
 }
 
 /**
