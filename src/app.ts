@@ -126,7 +126,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
   const ingestBatcher = new IngestBatcher(db.sql, {
     handOver: dispatcher.handOver,
-    powerOfTwoRows: db.preparesStatements,
+    padRows: db.preparesStatements,
   });
   startEventRetention(db, config, log, stack);
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);

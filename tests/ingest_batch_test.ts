@@ -102,7 +102,7 @@ Deno.test("ingest batch: one statement stores many; duplicates answer with the f
   }
 });
 
-Deno.test("ingest batch: batches of a power of two rows, the rest left to the next", async () => {
+Deno.test("ingest batch: rows padded to a power of two, the blank ones skipped", async () => {
   const { db, test } = await openDatabase();
   try {
     await db.sql`INSERT INTO tenants (id, name, active, callback_url)
@@ -118,14 +118,16 @@ Deno.test("ingest batch: batches of a power of two rows, the rest left to the ne
         return Reflect.apply(target, self, args);
       },
     });
-    const batcher = new IngestBatcher(sql, { maxInFlight: 1, powerOfTwoRows: true });
-    // The first goes alone; the 37 queued behind it go as 32, 4 and 1.
+    const batcher = new IngestBatcher(sql, { maxInFlight: 1, padRows: true });
+    // The first goes alone; the 37 queued behind it go together, as 64 rows.
     const sent = Array.from({ length: 38 }, (_, i) => notification("tenant_a", `p-${i}`));
     const receipts = await Promise.all(sent.map((n) => batcher.ingest(n)));
-    assert.deepEqual(sizes, [1, 32, 4, 1]);
-    assert.ok(receipts.every((receipt) => receipt.isNew));
-    const [{ events }] = await db.sql`SELECT count(*)::int AS events FROM events`;
-    assert.equal(events, 38);
+    assert.deepEqual(sizes, [1, 64]);
+    assert.ok(receipts.every((receipt) => receipt.isNew && receipt.enqueuedDelivery));
+    const [counts] = await db.sql`
+      SELECT (SELECT count(*)::int FROM events) AS events,
+             (SELECT count(*)::int FROM deliveries) AS deliveries`;
+    assert.deepEqual({ ...counts }, { events: 38, deliveries: 38 });
   } finally {
     await db.close();
     await test.drop();
