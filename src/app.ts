@@ -124,10 +124,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   const dispatcher = await startDispatcher(db, box, config, log, stack);
   // Receivers share group commits: many notifications per transaction (docs/architecture.md,
   // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
-  const ingestBatcher = new IngestBatcher(db.sql, {
-    handOver: dispatcher.handOver,
-    padRows: db.preparesStatements,
-  });
+  const ingestBatcher = new IngestBatcher(db.sql, { handOver: dispatcher.handOver });
   startEventRetention(db, config, log, stack);
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 

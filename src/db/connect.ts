@@ -29,11 +29,6 @@ export interface Database {
   dispatchSql: Sql;
   engine: "postgresql" | "embedded";
   /**
-   * `sql` sends named (prepared) statements, whose plans the engine keeps per connection: not
-   * behind a transaction pooler, nor to an embedded engine another process hosts.
-   */
-  preparesStatements: boolean;
-  /**
    * Calls `onNotify` whenever any process runs `NOTIFY channel`. A process that uses an embedded
    * engine hosted by another process hears nothing (it relies on its periodic work instead).
    * Behind a transaction pooler without `DATABASE_LISTEN_URL` it is called every 5 s instead.
@@ -136,7 +131,6 @@ async function connectPostgres(url: string, options: ConnectOptions): Promise<Da
     sql,
     dispatchSql,
     engine: "postgresql",
-    preparesStatements: pooler !== "transaction",
     listen: async (channel, onNotify) => {
       if (listener === null && pooler === "transaction") {
         // A LISTEN through the pooler would hear nothing: look for work on a timer instead.
@@ -253,10 +247,11 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
 }
 
 /**
- * One connection to the embedded engine another process serves on `dataDir`'s socket
- * (`shareEmbedded`), for tests and benchmarks that read what a running service wrote. It shares the
- * engine's one session with that process's connections and never names statements: a named
- * statement's first run holds the session between its two halves (see db/embedded.ts).
+ * A client of the embedded engine another process serves on `dataDir`'s socket (`shareEmbedded`):
+ * the CLI while the service runs, and tests and benchmarks that read what a running service wrote
+ * (one connection unless `options` says otherwise). It shares the engine's one session with that
+ * process's connections and never names statements: a named statement's first run holds the
+ * session between its two halves (see db/embedded.ts).
  */
 export function sharedEmbeddedClient(
   dataDir: string,
@@ -287,33 +282,29 @@ function embeddedClient(
   stop: () => Promise<void>,
 ): Database {
   const engine = "engine" in route ? route.engine : null;
-  const client = (poolSize: number, prepare: boolean) =>
-    postgres({
-      ...("engine" in route
-        ? { socket: () => route.engine.connect() }
-        : { host: route.socketDir, port: 5432 }),
-      user: "postgres",
-      database: "postgres",
-      max: poolSize,
-      prepare,
-      // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9
-      // must not time out there: a connection closed with a write pending and then reopened keeps
-      // a stale write timer and never flushes its next small message (its query hangs for good).
-      connect_timeout: 30,
-      onnotice: () => {},
-    });
+  // A new connection's startup waits for the session while others use it. npm:postgres 3.4.9 must
+  // not time out there: a connection closed with a write pending and then reopened keeps a stale
+  // write timer and never flushes its next small message (its query hangs for good).
+  const pool = (poolSize: number) => ({ max: poolSize, connect_timeout: 30 });
   // In the hosting process the receivers' statements are prepared, as on PostgreSQL: planning a
   // batch statement costs the engine more than running it. The dispatcher's are planned at each
-  // run, as on PostgreSQL (docs/architecture.md, "Queue statements and stale statistics"). Over
-  // the socket nothing is prepared: a first run's two halves would hold the session between them.
-  const prepares = engine !== null;
-  const sql = client(sizes.poolSize, prepares);
+  // run, as on PostgreSQL (docs/architecture.md, "Queue statements and stale statistics").
+  const client = (poolSize: number, prepare: boolean) =>
+    "socketDir" in route ? sharedEmbeddedClient(route.socketDir, pool(poolSize)) : postgres({
+      // npm:postgres takes a socket factory, which its types do not declare.
+      ...{ socket: () => route.engine.connect() },
+      user: "postgres",
+      database: "postgres",
+      onnotice: () => {},
+      prepare,
+      ...pool(poolSize),
+    });
+  const sql = client(sizes.poolSize, true);
   const dispatchSql = sizes.dispatchPoolSize ? client(sizes.dispatchPoolSize, false) : sql;
   return {
     sql,
     dispatchSql,
     engine: "embedded",
-    preparesStatements: prepares,
     listen: (channel, onNotify) => engine?.listen(channel, onNotify) ?? Promise.resolve(),
     async close() {
       await Promise.all([

@@ -15,13 +15,13 @@
  * and Flush, then Bind, Execute and Sync once it knows the parameter types). The lock is not
  * kept between them: a client that is slow to send the second half would stop every other
  * connection (over the Unix socket, under load, the second half sometimes never came; see
- * memory_socket.ts). The
- * server remembers the Parse instead and runs it again just before the Bind, hiding its second
- * ParseComplete; the unnamed statement is the same text, so the result is the same. A named
- * statement's first run keeps the lock between its halves instead: the statement must exist when
- * its Bind comes. Only the hosting process names statements, over in-memory sockets, once per
- * statement and connection. If the first half failed, PostgreSQL skips every message until the next Sync, whoever sends it: the lock
- * then stays with the connection until its own Sync (npm:postgres sends it on the error).
+ * memory_socket.ts). The server remembers the Parse instead and runs it again just before the
+ * Bind, hiding its second ParseComplete; the unnamed statement is the same text, so the result is
+ * the same. A named statement's first run keeps the lock between its halves instead: the
+ * statement must exist when its Bind comes. Only the hosting process names statements, over
+ * in-memory sockets, once per statement and connection. If the first half failed, PostgreSQL
+ * skips every message until the next Sync, whoever sends it: the lock then stays with the
+ * connection until its own Sync (npm:postgres sends it on the error).
  *
  * A startup message is answered from memory when PGlite has already answered the same bytes:
  * the session is shared, so the answer (parameters, key data, ReadyForQuery) is the same. A

@@ -41,12 +41,6 @@ export interface IngestBatchOptions {
   maxBytes: number;
   /** Batch statements in flight at once. */
   maxInFlight: number;
-  /**
-   * Pad each batch statement's rows to a power of two with blank rows it skips: for a client that
-   * prepares its statements, so that the engine keeps a plan for each of a few statement texts
-   * rather than planning each new batch length afresh (docs/architecture.md, "Group-commit ingest").
-   */
-  padRows: boolean;
 }
 
 /** Defaults: a few hundred rows, a few megabytes, two statements overlapping. */
@@ -54,7 +48,6 @@ export const INGEST_BATCH_DEFAULTS: IngestBatchOptions = {
   maxRows: 256,
   maxBytes: 8 * 1024 * 1024,
   maxInFlight: 2,
-  padRows: false,
 };
 
 /** A delivery committed leased to the dispatcher, with what its first attempt needs. */
@@ -263,9 +256,11 @@ export class IngestBatcher {
       // 0: not reserved (the values of a VALUES list cannot be null here).
       String(rankOf[ord] ?? 0),
     ]);
-    if (this.#options.padRows) {
-      // Blank rows are skipped by their empty id; every value stays a string, so the statement's
-      // parameter types, which npm:postgres names the statement by, stay the same.
+    if (sql.options.prepare) {
+      // A client that prepares its statements makes one per VALUES length, each planned afresh at
+      // its first runs: padded to a power of two, a connection keeps nine plans, not 256
+      // (docs/architecture.md, "Group-commit ingest"). Blank rows are skipped by their empty id;
+      // every value stays a string, so the parameter types, part of the statement's name, stay.
       const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0"];
       while (values.length & (values.length - 1)) values.push(blank);
     }
