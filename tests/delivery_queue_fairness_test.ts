@@ -11,8 +11,10 @@ import type { Database, Sql } from "../src/db/connect.ts";
 import {
   type AttemptResult,
   claimDueDeliveries,
+  type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
+  recordAndClaim,
   recordAttempt,
   recordAttempts,
 } from "../src/delivery/queue.ts";
@@ -167,6 +169,71 @@ Deno.test("delivery queue: a tenant whose callback keeps failing gets one slot",
       previousStreak: FAILING_CALLBACK_STREAK,
     });
     assert.equal((await claim(sql, "owner", 100, 8)).length, 8);
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+Deno.test("delivery queue: a record and a claim in one statement share the slots", async (t) => {
+  const { db, test } = await openQueue();
+  const sql = db.sql;
+  try {
+    const busy = await tenantWithBacklog(sql, "busy", 12);
+    const held = await claim(sql, "owner-a", 4, 4);
+    assert.equal(held.length, 4);
+    const other = await tenantWithBacklog(sql, "other", 1);
+    const delivered = (d: ClaimedDelivery) => ({
+      deliveryId: d.id,
+      tenantId: d.tenantId,
+      result: { ...failure(), responseCode: 200 },
+      verdict: { status: "delivered" as const },
+    });
+
+    await t.step("the leases the records give back are free for the claim", async () => {
+      // The snapshot still shows the four leases: counted as held, the busy tenant (cap 4) would
+      // get nothing, and only the other tenant's delivery would be claimed.
+      const { recorded, claimed } = await recordAndClaim(sql, "owner-a", held.map(delivered), {
+        owner: "owner-a",
+        limit: 10,
+        leaseMs: LEASE_MS,
+        tenantCap: 4,
+      });
+      assert.deepEqual(recorded.map((r) => r.kept), [true, true, true, true]);
+      assert.equal(claimed.filter((d) => d.tenantId === busy).length, 4);
+      assert.equal(claimed.filter((d) => d.tenantId === other).length, 1);
+      const [row] = await sql`
+        SELECT count(*) FILTER (WHERE status = 'delivered')::int AS delivered,
+               count(*) FILTER (WHERE lease_owner = 'owner-a')::int AS leased
+        FROM deliveries WHERE tenant_id = ${busy}`;
+      assert.deepEqual({ ...row }, { delivered: 4, leased: 4 });
+      held.splice(0, 4, ...claimed.filter((d) => d.tenantId === busy));
+    });
+
+    await t.step(
+      "a callback the records find failing gets one slot in the same claim",
+      async () => {
+        await sql`UPDATE tenants SET delivery_failure_streak = ${FAILING_CALLBACK_STREAK - 1}
+                WHERE id = ${busy}`;
+        // One failure makes the streak; the other three leases stay held, above the one slot.
+        const { recorded, claimed } = await recordAndClaim(sql, "owner-a", [{
+          deliveryId: held[0].id,
+          tenantId: busy,
+          result: failure(),
+          verdict: { status: "pending", nextAttemptAt: new Date(Date.now() + 3_600_000) },
+        }], { owner: "owner-a", limit: 10, leaseMs: LEASE_MS, tenantCap: 4 });
+        assert.equal(recorded[0].failureStreak, FAILING_CALLBACK_STREAK);
+        assert.equal(claimed.length, 0, "three leases held: nothing more while the callback fails");
+        // Once they are recorded as successes, the callback recovers and the full share returns.
+        const after = await recordAndClaim(sql, "owner-a", held.slice(1).map(delivered), {
+          owner: "owner-a",
+          limit: 10,
+          leaseMs: LEASE_MS,
+          tenantCap: 4,
+        });
+        assert.equal(after.claimed.length, 4);
+      },
+    );
   } finally {
     await db.close();
     await test.drop();

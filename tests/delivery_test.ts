@@ -417,6 +417,10 @@ Deno.test("delivery: at most DELIVERY_CONCURRENCY attempts are in flight", async
     }
     assert.equal(relay.receiver.accepted().length, 6);
     assert.equal(relay.receiver.maxInFlight(), 2, "the bound was reached and never exceeded");
+    // Each finished attempt was recorded by the statement that claimed the next: had that
+    // statement failed, each record would have been retried alone, and said so.
+    const warnings = relay.service.logs.filter((line) => line.level !== "info");
+    assert.deepEqual(warnings.map((line) => line.msg), []);
   } finally {
     await sql.end();
     await relay.close();

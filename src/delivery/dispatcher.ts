@@ -27,10 +27,12 @@ import {
   type AttemptResult,
   type AttemptToRecord,
   type AttemptVerdict,
+  type Claim,
   claimDueDeliveries,
   type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
+  recordAndClaim,
   recordAttempt,
   recordAttempts,
   type RecordedAttempt,
@@ -50,11 +52,6 @@ const SWEEP_HORIZON_MS = 60_000;
 const OPENED_SECRETS_SIZE = 10_000;
 /** How often, at most, a busy dispatcher asks when the next delivery falls due. */
 const NEXT_DUE_INTERVAL_MS = 250;
-/**
- * Recording statements in flight at once: more than one, so attempts do not move in lockstep
- * behind one statement, but few, so that attempts finishing together share one.
- */
-const RECORDS_IN_FLIGHT = 2;
 /** The most attempts recorded in one statement. */
 const RECORD_BATCH_ROWS = 500;
 /**
@@ -90,6 +87,11 @@ export class Dispatcher {
   #connections = new CallbackConnections();
   #leaseMs: number;
   #inFlight = new Set<Promise<void>>();
+  /**
+   * The slots taken: an attempt holds one from its start until its record is committed (or it
+   * ends unrecorded), so a crash loses at most the records of `concurrency` attempts.
+   */
+  #slots = new Set<Slot>();
   #pumping = false;
   #pumpAgain = false;
   #stopped = false;
@@ -100,9 +102,8 @@ export class Dispatcher {
    * sealed value always opens to the same secret, so only the decryption is kept.
    */
   #opened = new Map<string, Promise<string>>();
-  /** Attempts waiting to be recorded, and whether a recording statement is in flight. */
-  #toRecord: { attempt: AttemptToRecord; done: (r: Promise<RecordedAttempt>) => void }[] = [];
-  #recording = 0;
+  /** Attempts waiting to be recorded by the next statement. */
+  #toRecord: ToRecord[] = [];
   /** When the next due time was last asked of the database. */
   #nextDueCheckedAt = 0;
   /** Slots reserved by receivers' batches for deliveries they may hand over. */
@@ -115,9 +116,6 @@ export class Dispatcher {
   #backlogged = false;
   /** The receivers' side of the hand-over (see {@linkcode DeliveryHandOver}). */
   readonly handOver: DeliveryHandOver;
-  /** Recording statements run, and attempts they carried: for tests and benchmarks. */
-  recordStatements = 0;
-  recordedAttempts = 0;
 
   constructor(options: DispatcherOptions) {
     this.#options = options;
@@ -146,7 +144,7 @@ export class Dispatcher {
     const healthySince = this.#healthySince.get(tenantId);
     if (
       this.#stopped || this.#backlogged ||
-      this.#inFlight.size + this.#reserved >= concurrency ||
+      this.#slots.size + this.#reserved >= concurrency ||
       healthySince === undefined || Date.now() - healthySince > HAND_OVER_HEALTHY_MS ||
       (this.#perTenant.get(tenantId) ?? 0) >= tenantConcurrency
     ) {
@@ -209,8 +207,11 @@ export class Dispatcher {
     this.#connections.close();
   }
 
+  /**
+   * Runs {@linkcode #cycle} until there is nothing to record or claim. Stopped, it still records
+   * what finishes, and claims nothing.
+   */
   async #pump(): Promise<void> {
-    if (this.#stopped) return;
     if (this.#pumping) {
       this.#pumpAgain = true;
       return;
@@ -219,9 +220,10 @@ export class Dispatcher {
     try {
       do {
         this.#pumpAgain = false;
-        await this.#claimWhileFree();
-      } while (this.#pumpAgain && !this.#stopped);
-      await this.#scheduleNextWakeUp();
+        await this.#cycle();
+        // An attempt that finishes during this query asks again: its record must not wait.
+        if (!this.#pumpAgain && !this.#stopped) await this.#scheduleNextWakeUp();
+      } while (this.#pumpAgain);
     } catch (error) {
       // The database may be down; the next sweep or timer tries again.
       this.#options.log.warn("delivery_claim_failed", this.#options.log.errorFields(error));
@@ -229,46 +231,103 @@ export class Dispatcher {
     } finally {
       this.#pumping = false;
     }
+    // Attempts that finished while a claim failed are recorded now, each on its own if need be.
+    if (this.#toRecord.length > 0) this.#pump();
   }
 
-  async #claimWhileFree(): Promise<void> {
-    while (!this.#stopped) {
-      const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
-      if (free <= 0) return; // a finishing attempt pumps again
-      const claimed = await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
-        const claimed = await claimDueDeliveries(this.#options.sql, {
-          owner: this.owner,
-          limit: free,
-          leaseMs: this.#leaseMs,
-          tenantCap: this.#options.tenantConcurrency,
+  /**
+   * One statement at a time: it records the attempts that finished and claims for the slots free
+   * once they are recorded (docs/architecture.md, "Batched delivery"); again while attempts wait
+   * to be recorded or the claim filled every slot (more may be due).
+   */
+  async #cycle(): Promise<void> {
+    const { concurrency, tenantConcurrency } = this.#options;
+    while (true) {
+      const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
+      const free = this.#stopped
+        ? 0
+        : concurrency - this.#slots.size - this.#reserved + batch.length;
+      if (batch.length === 0 && free <= 0) return; // a finishing attempt pumps again
+      const claim = {
+        owner: this.owner,
+        limit: free,
+        leaseMs: this.#leaseMs,
+        tenantCap: tenantConcurrency,
+      };
+      let claimed: ClaimedDelivery[] = [];
+      if (free > 0) {
+        claimed = await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
+          const claimed = await this.#recordAnd(batch, claim);
+          span?.setAttribute("purchase_relay.claimed", claimed.length);
+          return claimed;
         });
-        span?.setAttribute("purchase_relay.claimed", claimed.length);
-        return claimed;
-      });
+      } else {
+        await this.#recordAnd(batch, null);
+      }
       for (const delivery of claimed) this.#start(delivery);
-      this.#backlogged = claimed.length === free;
-      if (claimed.length < free) return;
+      if (free > 0) this.#backlogged = claimed.length === free;
+      if (this.#toRecord.length === 0 && (free <= 0 || claimed.length < free)) return;
     }
   }
 
+  /**
+   * Records `batch` and, given `claim`, claims in the same statement; frees the batch's slots once
+   * its records are committed. After a failing statement the batch's attempts are recorded one by
+   * one, so one bad row does not fail the others, and the claim is left to the next cycle.
+   */
+  async #recordAnd(batch: ToRecord[], claim: Claim | null): Promise<ClaimedDelivery[]> {
+    const { sql, log } = this.#options;
+    if (batch.length === 0) return claim === null ? [] : await claimDueDeliveries(sql, claim);
+    const attempts = batch.map((b) => b.attempt);
+    let outcome: { recorded: RecordedAttempt[]; claimed: ClaimedDelivery[] };
+    try {
+      outcome = claim === null
+        ? { recorded: await recordAttempts(sql, this.owner, attempts), claimed: [] }
+        : await recordAndClaim(sql, this.owner, attempts, claim);
+    } catch (error) {
+      log.warn("delivery_record_batch_failed", {
+        attempts: batch.length,
+        ...log.errorFields(error),
+      });
+      await Promise.all(batch.map(async ({ attempt, slot, done }) => {
+        const recorded = recordAttempt(sql, this.owner, attempt);
+        await recorded.catch(() => {});
+        this.#freeSlot(slot);
+        done(recorded);
+      }));
+      return [];
+    }
+    batch.forEach(({ slot, done }, i) => {
+      this.#freeSlot(slot);
+      done(Promise.resolve(outcome.recorded[i]));
+    });
+    return outcome.claimed;
+  }
+
   #start(delivery: ClaimedDelivery): void {
+    const slot: Slot = { tenantId: delivery.tenantId };
+    this.#slots.add(slot);
+    this.#countTenant(slot.tenantId, 1);
     // An attempt that outlives its lease (a database call that never answers) gives up its
     // slot: the delivery is claimed again when the lease ends, so the slot must not stay taken.
-    const attempt = withDeadline(this.#attempt(delivery), this.#leaseMs).catch((error) => {
+    const attempt = withDeadline(this.#attempt(delivery, slot), this.#leaseMs).catch((error) => {
       this.#options.log.error("delivery_attempt_failed", {
         deliveryId: delivery.id,
         ...this.#options.log.errorFields(error),
       });
     }).finally(() => {
       this.#inFlight.delete(attempt);
-      this.#countTenant(delivery.tenantId, -1);
+      this.#freeSlot(slot);
       this.#pump();
     });
     this.#inFlight.add(attempt);
-    this.#countTenant(delivery.tenantId, 1);
   }
 
-  #attempt(delivery: ClaimedDelivery): Promise<void> {
+  #freeSlot(slot: Slot): void {
+    if (this.#slots.delete(slot)) this.#countTenant(slot.tenantId, -1);
+  }
+
+  #attempt(delivery: ClaimedDelivery, slot: Slot): Promise<void> {
     return withSpan("purchase_relay.delivery.attempt", {
       [ATTR.tenant]: delivery.tenantId,
       [ATTR.event]: delivery.event,
@@ -276,7 +335,7 @@ export class Dispatcher {
       [ATTR.deliveryId]: delivery.id,
       [ATTR.attempt]: delivery.attempts + 1,
     }, async (span) => {
-      const { outcome, responseCode } = await this.#attemptOnce(delivery);
+      const { outcome, responseCode } = await this.#attemptOnce(delivery, slot);
       span?.setAttribute(ATTR.outcome, outcome);
       if (responseCode !== null) span?.setAttribute("http.response.status_code", responseCode);
       recordDeliveryAttempt(delivery.tenantId, delivery.event, outcome, delivery.receivedAt);
@@ -290,6 +349,7 @@ export class Dispatcher {
    */
   async #attemptOnce(
     delivery: ClaimedDelivery,
+    slot: Slot,
   ): Promise<{ outcome: string; responseCode: number | null }> {
     const { sql, log } = this.#options;
     const target = {
@@ -321,7 +381,11 @@ export class Dispatcher {
     const recorded = await withSpan(
       "purchase_relay.delivery.record",
       { [ATTR.deliveryId]: delivery.id },
-      () => this.#record({ deliveryId: delivery.id, tenantId: delivery.tenantId, result, verdict }),
+      () =>
+        this.#record(
+          { deliveryId: delivery.id, tenantId: delivery.tenantId, result, verdict },
+          slot,
+        ),
     );
     const fields = {
       deliveryId: delivery.id,
@@ -363,36 +427,13 @@ export class Dispatcher {
   }
 
   /**
-   * Records an attempt. Attempts finishing while a recording statement is in flight are
-   * recorded together by the next one (docs/architecture.md, "Batched delivery"); a batch that
-   * fails is recorded attempt by attempt, so one bad row does not fail the others.
+   * Queues an attempt for the next statement, which records every attempt that finished while the
+   * one before it ran (docs/architecture.md, "Batched delivery").
    */
-  #record(attempt: AttemptToRecord): Promise<RecordedAttempt> {
+  #record(attempt: AttemptToRecord, slot: Slot): Promise<RecordedAttempt> {
     return new Promise<RecordedAttempt>((resolve, reject) => {
-      this.#toRecord.push({ attempt, done: (r) => r.then(resolve, reject) });
-      this.#flushRecords();
-    });
-  }
-
-  #flushRecords(): void {
-    if (this.#recording >= RECORDS_IN_FLIGHT || this.#toRecord.length === 0) return;
-    this.#recording++;
-    const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
-    const { sql } = this.#options;
-    const attempts = batch.map((b) => b.attempt);
-    recordAttempts(sql, this.owner, attempts).then((recorded) => {
-      this.recordStatements++;
-      this.recordedAttempts += batch.length;
-      batch.forEach((b, i) => b.done(Promise.resolve(recorded[i])));
-    }, (error) => {
-      this.#options.log.warn("delivery_record_batch_failed", {
-        attempts: batch.length,
-        ...this.#options.log.errorFields(error),
-      });
-      for (const { attempt, done } of batch) done(recordAttempt(sql, this.owner, attempt));
-    }).finally(() => {
-      this.#recording--;
-      this.#flushRecords();
+      this.#toRecord.push({ attempt, slot, done: (r) => r.then(resolve, reject) });
+      this.#pump();
     });
   }
 
@@ -429,12 +470,12 @@ export class Dispatcher {
 
   async #scheduleNextWakeUp(): Promise<void> {
     // While every slot is busy, each finishing attempt pumps; a timer would only spin.
-    if (this.#inFlight.size >= this.#options.concurrency) return;
+    if (this.#slots.size >= this.#options.concurrency) return;
     // While attempts are in flight, each finishing one pumps again, and this process's own
     // retries set their timers: the query is needed only for other processes' work, so once per
     // NEXT_DUE_INTERVAL_MS is enough, rather than once per finishing attempt.
     const now = Date.now();
-    if (this.#inFlight.size > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
+    if (this.#slots.size > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
     this.#nextDueCheckedAt = now;
     const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS, {
       tenantCap: this.#options.tenantConcurrency,
@@ -456,6 +497,18 @@ export class Dispatcher {
       this.#pump();
     }, Math.max(0, at - Date.now()) + 20);
   }
+}
+
+/** A delivery slot, held by one attempt. */
+interface Slot {
+  tenantId: string;
+}
+
+/** An attempt waiting to be recorded, the slot it frees, and its caller's answer. */
+interface ToRecord {
+  attempt: AttemptToRecord;
+  slot: Slot;
+  done: (recorded: Promise<RecordedAttempt>) => void;
 }
 
 function noCallback(): AttemptResult {

@@ -4,6 +4,7 @@
  * process is sending it. Claims take rows with `FOR UPDATE SKIP LOCKED`, so replicas never claim
  * the same delivery, and a dead process's claim is taken over once its lease ends.
  */
+import type postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
 import {
   leasesHeld,
@@ -98,18 +99,39 @@ export interface ClaimShare {
  */
 export async function claimDueDeliveries(
   sql: Sql,
-  claim: { owner: string; limit: number; leaseMs: number } & ClaimShare,
+  claim: Claim,
 ): Promise<ClaimedDelivery[]> {
   const rows = await sql`
-    WITH candidates AS (
+    WITH ${claimSteps(sql, claim, { streak: sql`t.delivery_failure_streak`, released: null })}
+    ${claimUpdate(sql, claim)}`;
+  return rows.map(claimedDelivery);
+}
+
+/** What {@linkcode claimDueDeliveries} is asked for. */
+export type Claim = { owner: string; limit: number; leaseMs: number } & ClaimShare;
+
+/**
+ * The claim's `candidates` and `chosen` steps. `streak` is a tenant's failure streak, `released`
+ * (when the same statement records attempts) a step of the leases it gives back per tenant: the
+ * snapshot still counts them as held, so they are counted out again.
+ */
+function claimSteps(
+  sql: Sql,
+  claim: Claim,
+  tenant: { streak: postgres.Fragment; released: postgres.Fragment | null },
+) {
+  const released = tenant.released ?? sql`(SELECT 0 AS n)`;
+  return sql`
+    candidates AS (
       SELECT c.id, c.next_attempt_at, c.turn
       FROM tenants t
       CROSS JOIN LATERAL (
-        SELECT CASE WHEN t.delivery_failure_streak >= ${FAILING_CALLBACK_STREAK}
+        SELECT CASE WHEN ${tenant.streak} >= ${FAILING_CALLBACK_STREAK}
                     THEN 1 ELSE ${claim.tenantCap}::int END AS cap
       ) tenant
+      CROSS JOIN LATERAL ${released} mine
       CROSS JOIN LATERAL (
-        SELECT tenant.cap - ${leasesHeld(sql, sql`tenant.cap`)} AS free
+        SELECT tenant.cap - (${leasesHeld(sql, sql`tenant.cap + mine.n`)} - mine.n) AS free
       ) slots
       CROSS JOIN LATERAL (
         SELECT due.id, due.next_attempt_at,
@@ -137,7 +159,12 @@ export async function claimDueDeliveries(
           AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
         FOR UPDATE SKIP LOCKED
       ) locked
-    )
+    )`;
+}
+
+/** The claim's last step: leases what `chosen` locked, returning what an attempt needs. */
+function claimUpdate(sql: Sql, claim: Claim) {
+  return sql`
     UPDATE deliveries d
     SET lease_owner = ${claim.owner},
         lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
@@ -145,7 +172,10 @@ export async function claimDueDeliveries(
     WHERE d.id = chosen.id AND e.id = d.event_id AND t.id = d.tenant_id
     RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at,
               ${sealedTargetColumns(sql)}`;
-  return rows.map((row) => ({
+}
+
+function claimedDelivery(row: postgres.Row): ClaimedDelivery {
+  return {
     id: row.id,
     eventId: row.event_id,
     tenantId: row.tenant_id,
@@ -154,7 +184,7 @@ export async function claimDueDeliveries(
     payload: row.payload,
     receivedAt: new Date(row.received_at),
     target: sealedTargetOf(row),
-  }));
+  };
 }
 
 /**
@@ -387,6 +417,64 @@ export async function recordAttempts(
   attempts: AttemptToRecord[],
 ): Promise<RecordedAttempt[]> {
   if (attempts.length === 0) return [];
+  // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
+  const rows = await sql`
+    WITH ${recordSteps(sql, owner, attempts)}
+    SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
+    UNION ALL
+    SELECT 'streak', id, before FROM streak`;
+  return recordedAttempts(attempts, rows);
+}
+
+/**
+ * Records `attempts` as {@linkcode recordAttempts} does and claims up to `claim.limit` due
+ * deliveries as {@linkcode claimDueDeliveries} does, in one statement: the dispatcher's one
+ * statement per cycle (docs/architecture.md, "Batched delivery"). The claim counts the leases the
+ * records give back as free, and a tenant whose callback the records find failing gets its one
+ * slot at once. The records' rows are leased to `owner`, so the claim never takes them.
+ */
+export async function recordAndClaim(
+  sql: Sql,
+  owner: string,
+  attempts: AttemptToRecord[],
+  claim: Claim,
+): Promise<{ recorded: RecordedAttempt[]; claimed: ClaimedDelivery[] }> {
+  if (attempts.length === 0) return { recorded: [], claimed: await claimDueDeliveries(sql, claim) };
+  const nothing = sql.unsafe(Array(10).fill("NULL").join(", "));
+  const rows = await sql`
+    WITH ${recordSteps(sql, owner, attempts)}, released AS (
+      SELECT l.tenant_id, count(*)::int AS n
+      FROM input JOIN deliveries l ON l.id = input.delivery_id
+      WHERE l.lease_owner = ${owner} AND l.lease_expires_at > now()
+      GROUP BY l.tenant_id
+    ), ${
+    claimSteps(sql, claim, {
+      streak: sql`coalesce((SELECT s.after FROM streak s WHERE s.id = t.id),
+                           t.delivery_failure_streak)`,
+      released: sql`(SELECT coalesce(sum(r.n), 0)::int AS n FROM released r
+                     WHERE r.tenant_id = t.id)`,
+    })
+  }, claimed AS (${claimUpdate(sql, claim)})
+    SELECT 'claimed' AS kind, c.id, NULL::int AS before, c.event_id, c.tenant_id, c.attempts,
+           c.event, c.payload, c.received_at, c.active, c.callback_url, c.webhook_secret_sealed,
+           c.previous_sealed
+    FROM claimed c
+    UNION ALL
+    SELECT 'moved', id, NULL, ${nothing} FROM moved
+    UNION ALL
+    SELECT 'streak', id, before, ${nothing} FROM streak`;
+  return {
+    recorded: recordedAttempts(attempts, rows.filter((row) => row.kind !== "claimed")),
+    claimed: rows.filter((row) => row.kind === "claimed").map(claimedDelivery),
+  };
+}
+
+/**
+ * The steps that record `attempts`: `input` (one row each, in order), the attempts' rows, `moved`
+ * (deliveries whose lease `owner` still held, moved to their next state) and `streak` (tenants
+ * whose failure streak changed: `before` and `after` it).
+ */
+function recordSteps(sql: Sql, owner: string, attempts: AttemptToRecord[]) {
   // Per tenant: whether some attempt succeeded, and the failures after the last success.
   const streaks = new Map<string, { reset: boolean; add: number }>();
   for (const attempt of attempts) {
@@ -402,9 +490,8 @@ export async function recordAttempts(
   const tenants = [...streaks.keys()];
   const col = <T>(pick: (a: AttemptToRecord) => T) => attempts.map(pick);
   const iso = (date: Date | null) => date === null ? null : date.toISOString();
-  // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
-  const rows = await sql`
-    WITH input AS (
+  return sql`
+    input AS (
       SELECT * FROM unnest(
         ${col((a) => a.deliveryId)}::text[],
         ${col((a) => a.result.attemptedAt.toISOString())}::timestamptz[],
@@ -458,11 +545,12 @@ export async function recordAttempts(
                                          ELSE t.delivery_failure_streak + c.add END
       FROM change c JOIN locked ON locked.id = c.tenant_id
       WHERE t.id = c.tenant_id
-      RETURNING t.id, locked.before
-    )
-    SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
-    UNION ALL
-    SELECT 'streak', id, before FROM streak`;
+      RETURNING t.id, locked.before, t.delivery_failure_streak AS after
+    )`;
+}
+
+/** What each attempt did, in order, from the `moved` and `streak` rows of its statement. */
+function recordedAttempts(attempts: AttemptToRecord[], rows: postgres.Row[]): RecordedAttempt[] {
   const moved = new Set<string>();
   const before = new Map<string, number>();
   for (const row of rows) {
