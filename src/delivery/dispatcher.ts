@@ -32,6 +32,7 @@ import {
   type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
+  notifyDispatchers,
   recordAndClaim,
   recordAttempt,
   recordAttempts,
@@ -454,6 +455,9 @@ export class Dispatcher {
         failedInARow: recorded.previousStreak,
         tenantConcurrency: this.#options.tenantConcurrency,
       });
+      // The tenant's share is back: this process refills only the slots it frees, so the other
+      // processes are woken to claim the rest now rather than at their next sweep.
+      notifyDispatchers(this.#options.sql).catch(() => {});
     }
   }
 
