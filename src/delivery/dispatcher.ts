@@ -28,14 +28,12 @@ import {
   type AttemptToRecord,
   type AttemptVerdict,
   type Claim,
-  claimDueDeliveries,
   type ClaimedDelivery,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
   notifyDispatchers,
   recordAndClaim,
   recordAttempt,
-  recordAttempts,
   type RecordedAttempt,
   releaseClaim,
 } from "./queue.ts";
@@ -249,22 +247,18 @@ export class Dispatcher {
         ? 0
         : concurrency - this.#slots.size - this.#reserved + batch.length;
       if (batch.length === 0 && free <= 0) return; // a finishing attempt pumps again
-      const claim = {
-        owner: this.owner,
-        limit: free,
-        leaseMs: this.#leaseMs,
-        tenantCap: tenantConcurrency,
-      };
-      let claimed: ClaimedDelivery[] = [];
-      if (free > 0) {
-        claimed = await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
-          const claimed = await this.#recordAnd(batch, claim);
+      const claimed = free <= 0
+        ? await this.#recordAnd(batch, null)
+        : await withSpan("purchase_relay.delivery.claim", {}, async (span) => {
+          const claimed = await this.#recordAnd(batch, {
+            owner: this.owner,
+            limit: free,
+            leaseMs: this.#leaseMs,
+            tenantCap: tenantConcurrency,
+          });
           span?.setAttribute("purchase_relay.claimed", claimed.length);
           return claimed;
         });
-      } else {
-        await this.#recordAnd(batch, null);
-      }
       for (const delivery of claimed) this.#start(delivery);
       if (free > 0) this.#backlogged = claimed.length === free;
       if (this.#toRecord.length === 0 && (free <= 0 || claimed.length < free)) return;
@@ -278,14 +272,11 @@ export class Dispatcher {
    */
   async #recordAnd(batch: ToRecord[], claim: Claim | null): Promise<ClaimedDelivery[]> {
     const { sql, log } = this.#options;
-    if (batch.length === 0) return claim === null ? [] : await claimDueDeliveries(sql, claim);
-    const attempts = batch.map((b) => b.attempt);
     let outcome: { recorded: RecordedAttempt[]; claimed: ClaimedDelivery[] };
     try {
-      outcome = claim === null
-        ? { recorded: await recordAttempts(sql, this.owner, attempts), claimed: [] }
-        : await recordAndClaim(sql, this.owner, attempts, claim);
+      outcome = await recordAndClaim(sql, this.owner, batch.map((b) => b.attempt), claim);
     } catch (error) {
+      if (batch.length === 0) throw error; // the claim alone: the pump says so and tries later
       log.warn("delivery_record_batch_failed", {
         attempts: batch.length,
         ...log.errorFields(error),

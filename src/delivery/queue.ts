@@ -418,29 +418,25 @@ export async function recordAttempts(
 ): Promise<RecordedAttempt[]> {
   if (attempts.length === 0) return [];
   // One statement, so one atomic transaction without a client-side BEGIN (see ingest.ts).
-  const rows = await sql`
-    WITH ${recordSteps(sql, owner, attempts)}
-    SELECT 'moved' AS kind, id, NULL::int AS before FROM moved
-    UNION ALL
-    SELECT 'streak', id, before FROM streak`;
+  const rows = await sql`WITH ${recordSteps(sql, owner, attempts)} ${recordRows(sql)}`;
   return recordedAttempts(attempts, rows);
 }
 
 /**
- * Records `attempts` as {@linkcode recordAttempts} does and claims up to `claim.limit` due
- * deliveries as {@linkcode claimDueDeliveries} does, in one statement: the dispatcher's one
- * statement per cycle (docs/architecture.md, "Batched delivery"). The claim counts the leases the
- * records give back as free, and a tenant whose callback the records find failing gets its one
- * slot at once. The records' rows are leased to `owner`, so the claim never takes them.
+ * Records `attempts` as {@linkcode recordAttempts} does and, given a `claim`, claims up to
+ * `claim.limit` due deliveries as {@linkcode claimDueDeliveries} does, in one statement: the
+ * dispatcher's one statement per cycle (docs/architecture.md, "Batched delivery"). The claim counts
+ * the leases the records give back as free, and a tenant whose callback the records find failing
+ * gets its one slot at once. The records' rows are leased to `owner`, so the claim never takes them.
  */
 export async function recordAndClaim(
   sql: Sql,
   owner: string,
   attempts: AttemptToRecord[],
-  claim: Claim,
+  claim: Claim | null,
 ): Promise<{ recorded: RecordedAttempt[]; claimed: ClaimedDelivery[] }> {
+  if (claim === null) return { recorded: await recordAttempts(sql, owner, attempts), claimed: [] };
   if (attempts.length === 0) return { recorded: [], claimed: await claimDueDeliveries(sql, claim) };
-  const nothing = sql.unsafe(Array(10).fill("NULL").join(", "));
   const rows = await sql`
     WITH ${recordSteps(sql, owner, attempts)}, released AS (
       SELECT l.tenant_id, count(*)::int AS n
@@ -455,14 +451,10 @@ export async function recordAndClaim(
                      WHERE r.tenant_id = t.id)`,
     })
   }, claimed AS (${claimUpdate(sql, claim)})
-    SELECT 'claimed' AS kind, c.id, NULL::int AS before, c.event_id, c.tenant_id, c.attempts,
-           c.event, c.payload, c.received_at, c.active, c.callback_url, c.webhook_secret_sealed,
-           c.previous_sealed
-    FROM claimed c
+    SELECT 'claimed' AS kind, NULL AS record_id, NULL::int AS before, c.* FROM claimed c
     UNION ALL
-    SELECT 'moved', id, NULL, ${nothing} FROM moved
-    UNION ALL
-    SELECT 'streak', id, before, ${nothing} FROM streak`;
+    -- The records' rows, widened to the claim's columns (all null) by a join that matches none.
+    SELECT r.*, c.* FROM (${recordRows(sql)}) r LEFT JOIN claimed c ON false`;
   return {
     recorded: recordedAttempts(attempts, rows.filter((row) => row.kind !== "claimed")),
     claimed: rows.filter((row) => row.kind === "claimed").map(claimedDelivery),
@@ -549,13 +541,21 @@ function recordSteps(sql: Sql, owner: string, attempts: AttemptToRecord[]) {
     )`;
 }
 
-/** What each attempt did, in order, from the `moved` and `streak` rows of its statement. */
+/** What the record steps did: a row per moved delivery and per tenant whose streak changed. */
+function recordRows(sql: Sql) {
+  return sql`
+    SELECT 'moved' AS kind, id AS record_id, NULL::int AS before FROM moved
+    UNION ALL
+    SELECT 'streak', id, before FROM streak`;
+}
+
+/** What each attempt did, in order, from the {@linkcode recordRows} of its statement. */
 function recordedAttempts(attempts: AttemptToRecord[], rows: postgres.Row[]): RecordedAttempt[] {
   const moved = new Set<string>();
   const before = new Map<string, number>();
   for (const row of rows) {
-    if (row.kind === "moved") moved.add(row.id);
-    else before.set(row.id, row.before);
+    if (row.kind === "moved") moved.add(row.record_id);
+    else before.set(row.record_id, row.before);
   }
   // Replays each tenant's attempts in order from the streak the statement started from.
   const streakNow = new Map<string, number>();
