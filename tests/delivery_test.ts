@@ -204,6 +204,21 @@ Deno.test("delivery: retries, failure, manual retry and what each attempt record
       assert.equal(attempt.response_body, "x".repeat(4096));
     });
 
+    await t.step("an answer with a NUL byte is recorded once, not sent again", async () => {
+      // PostgreSQL's text cannot hold U+0000: stored as it came, the record failed, the lease ran
+      // out and the delivery was sent again every lease, with no attempt ever recorded.
+      receiver.script({ status: 200, body: "ok\u0000done" });
+      const eventId = await relay.notify();
+      const row = await deliveryReaches(sql, eventId, "delivered");
+      const attempts = await sql`
+        SELECT response_code, response_body FROM delivery_attempts WHERE delivery_id = ${row.id}`;
+      assert.deepEqual(attempts.map((a) => [a.response_code, a.response_body]), [
+        [200, "ok\uFFFDdone"],
+      ]);
+      assert.equal(row.last_response_body, "ok\uFFFDdone");
+      assert.equal(requestsFor(eventId).length, 1);
+    });
+
     await t.step("an inactive tenant's deliveries wait until it is activated", async () => {
       // The retry is asked for 6 s later, so the deactivation lands before it falls due however
       // long the CLI takes to start; past its due time it must still not be attempted.

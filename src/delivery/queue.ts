@@ -489,8 +489,8 @@ function recordSteps(sql: Sql, owner: string, attempts: AttemptToRecord[]) {
         ${col((a) => a.result.attemptedAt.toISOString())}::timestamptz[],
         ${col((a) => String(Math.round(a.result.durationMs)))}::text[]::int[],
         ${col((a) => a.result.responseCode?.toString() ?? null)}::text[]::int[],
-        ${col((a) => a.result.responseBody)}::text[],
-        ${col((a) => a.result.error)}::text[],
+        ${col((a) => storable(a.result.responseBody))}::text[],
+        ${col((a) => storable(a.result.error))}::text[],
         ${col((a) => a.verdict.status)}::text[],
         ${
     col((a) => iso(a.verdict.status === "pending" ? a.verdict.nextAttemptAt : null))
@@ -539,6 +539,15 @@ function recordSteps(sql: Sql, owner: string, attempts: AttemptToRecord[]) {
       WHERE t.id = c.tenant_id
       RETURNING t.id, locked.before, t.delivery_failure_streak AS after
     )`;
+}
+
+/**
+ * Text as PostgreSQL can store it: its `text` cannot hold U+0000, and a callback's answer may (a
+ * binary or compressed body). Stored as it came, the NUL failed the record: the attempt went
+ * unrecorded and the delivery was sent again each time its lease ended.
+ */
+function storable(text: string | null): string | null {
+  return text?.replaceAll("\u0000", "\uFFFD") ?? null;
 }
 
 /** What the record steps did: a row per moved delivery and per tenant whose streak changed. */
