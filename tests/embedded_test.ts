@@ -152,6 +152,37 @@ Deno.test("embedded: concurrent connections' statements never run with each othe
   }
 });
 
+Deno.test("embedded: an answer larger than the socket's buffer reaches the socket's client whole", async () => {
+  const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
+  const db = await openEmbedded(dataDir, 2, true);
+  const other = await openEmbedded(dataDir, 1, false);
+  try {
+    // Megabytes of rows, each different, as `deliveries list` or a claim's payloads may be: more
+    // than a Unix socket takes at once, so the answer waits in the server's write queue.
+    for (let round = 0; round < 3; round++) {
+      const rows = await withDeadline(
+        other.sql`
+          SELECT g AS n, repeat(md5(g::text), 64) AS text FROM generate_series(1, 1000) g`,
+        10_000,
+      );
+      assert.equal(rows.length, 1000);
+      const wrong = rows.findIndex((row, i) =>
+        row.n !== i + 1 || row.text.length !== 2048 || !row.text.startsWith(row.text.slice(0, 32))
+      );
+      assert.equal(wrong, -1, `row ${wrong} came back changed`);
+      const [{ md5 }] = await other.sql`SELECT md5(${rows.map((r) => r.text).join("")}) AS md5`;
+      const [{ expected }] = await db.sql`
+        SELECT md5(string_agg(repeat(md5(g::text), 64), '' ORDER BY g)) AS expected
+        FROM generate_series(1, 1000) g`;
+      assert.equal(md5, expected);
+    }
+  } finally {
+    await other.close();
+    await db.close();
+    await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
 Deno.test("embedded: a connection's named statements are deallocated when it closes", async () => {
   const dataDir = await Deno.makeTempDir({ prefix: "pr-embedded-" });
   const db = await openEmbedded(dataDir, 2, true);

@@ -229,9 +229,12 @@ function serveConnection(context: ConnectionContext): void {
           await db.execProtocolRawStream(message, {
             onRawData: (data) => {
               if (hideParseComplete && isParseCompleteOnly(data)) return;
-              if (record) answer.push(data.slice());
-              scanner.push(data);
-              if (!socket.destroyed) socket.write(data);
+              // A copy: `data` is a view of the engine's memory, which its next answer reuses,
+              // while a socket keeps what it cannot send at once in its write queue.
+              const bytes = data.slice();
+              if (record) answer.push(bytes);
+              scanner.push(bytes);
+              if (!socket.destroyed) socket.write(bytes);
             },
           });
         }
