@@ -336,26 +336,21 @@ export class Dispatcher {
 
   /**
    * One attempt, recorded; returns its outcome for telemetry: `delivered`, `retry`, `failed`,
-   * `lease_lost` (recorded too late: another process has it), or `released` (tenant inactive);
-   * and the callback's HTTP status, if it answered.
+   * or `lease_lost` (recorded too late: another process has it); and the callback's HTTP status,
+   * if it answered. Claims and hand-overs take only active tenants' deliveries, and the attempt
+   * goes ahead on what they read (docs/operations.md, "Inactive tenants").
    */
   async #attemptOnce(
     delivery: ClaimedDelivery,
     slot: Slot,
   ): Promise<{ outcome: string; responseCode: number | null }> {
-    const { sql, log } = this.#options;
+    const { log } = this.#options;
     const target = {
-      active: delivery.target.active,
       callbackUrl: delivery.target.callbackUrl,
       secrets: await Promise.all(
         delivery.target.sealedSecrets.map((sealed) => this.#open(delivery.tenantId, sealed)),
       ),
     };
-    if (!target.active) {
-      // Deactivated since the claim: the delivery waits for the tenant, using up no attempt.
-      await releaseClaim(sql, delivery.id, this.owner);
-      return { outcome: "released", responseCode: null };
-    }
     const result: AttemptResult = target.callbackUrl === null ? noCallback() : await sendDelivery({
       callbackUrl: target.callbackUrl,
       payload: delivery.payload,
