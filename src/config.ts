@@ -298,7 +298,7 @@ export const CONFIG_GROUPS = [
         parser: integer(1, 1000),
         default: "10",
         description:
-          "Database connections per service process; on PostgreSQL each process holds one more, listening for the dispatchers' wake-up. CLI commands use 2 whatever this says.",
+          "Database connections per service process for requests; on PostgreSQL each process holds 4 more, 3 for its dispatcher and one listening for the dispatchers' wake-up ([Connections](#connections)). CLI commands use 2 whatever this says.",
       }),
       variable({
         name: "DATABASE_CONNECT_TIMEOUT",
