@@ -13,6 +13,7 @@ import {
   writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
 import { rawExchange } from "./helpers/raw_http.ts";
+import { BODY_TIMEOUT_MS } from "../src/http/body.ts";
 
 import { createRequestHandler, InFlight } from "../src/http/server.ts";
 import { Router } from "../src/http/router.ts";
@@ -319,6 +320,29 @@ Deno.test("verify routes: order of checks and body validation", async (t) => {
         400,
         "CREDENTIALS_MISSING",
       );
+    });
+
+    await t.step("a body that stops arriving is a 400, not a 500", async () => {
+      // Anyone may start a notification and stall: the store A receiver reads the body before it
+      // looks the tenant up. The request's own deadline answered 500 and logged an error.
+      const started = Date.now();
+      const stalled = await rawExchange(
+        service.port,
+        "POST /v1/webhooks/storea/tenant_none HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+          'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"signedPayload":',
+        { boundMs: BODY_TIMEOUT_MS + 4_000, untilAnswer: true },
+      );
+      assert.ok(stalled, "the connection closed without an answer");
+      assert.equal(stalled.status, 400, stalled.text);
+      const envelope = JSON.parse(stalled.text);
+      assert.equal(envelope.error, "INVALID_REQUEST");
+      assert.match(envelope.message, /did not arrive within 5 s/);
+      assert.ok(Date.now() - started >= BODY_TIMEOUT_MS - 50);
+      const line = await service.waitForLog((l) =>
+        l.msg === "http_request" && l.reqId === stalled.headers.get("x-request-id")
+      );
+      assert.equal(line.status, 400);
+      assert.equal(service.logs.filter((l) => l.level === "error").length, 0);
     });
 
     await t.step("credentials: each store answers for its own", async () => {

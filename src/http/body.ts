@@ -6,13 +6,26 @@ import type { z } from "zod";
 import { invalidRequest } from "../errors.ts";
 import { decodeUtf8Strict, MAX_JSON_DEPTH, nestsDeeperThan } from "../json.ts";
 import { readStreamPrefix } from "../streams.ts";
+import { DeadlineExceededError, withDeadline } from "../deadline.ts";
 
 /** Verify endpoints accept at most 16 KB (docs/integration.md, "Limits"). */
 export const VERIFY_BODY_LIMIT = 16 * 1024;
 /** Webhook receivers accept at most 1 MB (docs/operations.md, "How a notification is received"). */
 export const RECEIVER_BODY_LIMIT = 1024 * 1024;
 
-/** Parses the request body as JSON, enforcing the content type and `limit` bytes. */
+/**
+ * How long a request's body may take to arrive. A client that stops sending would otherwise hold
+ * its request until the request's deadline, which answers 500: a store sends a notification of a
+ * few KB at once, a tenant's verify body is at most 16 KB, and the 1 MB a receiver takes arrives
+ * well within this at 200 KB/s. Below any request deadline (`requestDeadlineMs` in app.ts: 5 s
+ * and three upstream timeouts).
+ */
+export const BODY_TIMEOUT_MS = 5_000;
+
+/**
+ * Parses the request body as JSON, enforcing the content type, `limit` bytes and
+ * {@linkcode BODY_TIMEOUT_MS}.
+ */
 export async function readJsonBody(request: Request, limit: number): Promise<unknown> {
   const contentType = request.headers.get("content-type");
   if (contentType === null || !isJsonMediaType(contentType)) {
@@ -23,10 +36,17 @@ export async function readJsonBody(request: Request, limit: number): Promise<unk
 
   let read: { bytes: Uint8Array; exceeded: boolean };
   try {
-    read = framedByLength(request, declared)
-      ? { bytes: await request.bytes(), exceeded: false }
-      : await readStreamPrefix(request.body, limit);
-  } catch {
+    read = await withDeadline(
+      framedByLength(request, declared)
+        ? request.bytes().then((bytes) => ({ bytes, exceeded: false }))
+        : readStreamPrefix(request.body, limit),
+      BODY_TIMEOUT_MS,
+    );
+  } catch (error) {
+    if (error instanceof DeadlineExceededError) {
+      // The answer goes out now; the server closes the connection on the unread rest.
+      throw invalidRequest(`the request body did not arrive within ${BODY_TIMEOUT_MS / 1000} s`);
+    }
     throw invalidRequest("the request body could not be read");
   }
   // Counted again on what arrived, whichever way it was read.

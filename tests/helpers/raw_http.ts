@@ -14,6 +14,11 @@ export interface RawExchangeOptions {
   halfClose?: boolean;
   /** How long the server may take to answer or close; 10 s by default. */
   boundMs?: number;
+  /**
+   * Stop at the first whole answer rather than at the close: after answering a request whose body
+   * it did not read to the end, Deno's server keeps the connection open for the rest.
+   */
+  untilAnswer?: boolean;
 }
 
 /**
@@ -45,6 +50,7 @@ export async function rawExchange(
       const n = await connection.read(buffer).catch(() => null);
       if (n === null) break;
       chunks.push(buffer.slice(0, n));
+      if (options.untilAnswer && isWholeAnswer(chunks)) break;
     }
   } finally {
     clearTimeout(timer);
@@ -76,4 +82,16 @@ export async function rawExchange(
   let content = text.slice(end + 4);
   if (Number.isFinite(length)) content = content.slice(0, length);
   return { status, headers, text: content };
+}
+
+/** Whether `chunks` hold an answer's headers and as much body as its `Content-Length` says. */
+function isWholeAnswer(chunks: Uint8Array[]): boolean {
+  const text = new TextDecoder().decode(
+    chunks.reduce((all, c) => new Uint8Array([...all, ...c]), new Uint8Array(0)),
+  );
+  const end = text.indexOf("\r\n\r\n");
+  if (end === -1) return false;
+  const length = /\r\ncontent-length: *(\d+)/i.exec(text.slice(0, end))?.[1];
+  return length !== undefined &&
+    new TextEncoder().encode(text.slice(end + 4)).length >= Number(length);
 }
