@@ -14,6 +14,11 @@ import type { EncryptionKeyName, ReadinessReport } from "./health.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */
 const READY_DB_TIMEOUT_MS = 2_000;
+/**
+ * How long one check's answer serves later probes. `/ready` needs no key: without this, each
+ * probe was a query, and a flood of probes queued the receivers' statements behind its own.
+ */
+const READY_REUSE_MS = 500;
 /** While the database stays down, its failure is logged at most this often, not per probe. */
 const READY_FAILURE_LOG_INTERVAL_MS = 60_000;
 /** The database check when it fails; the reason is in the `readiness_db_failed` log line. */
@@ -35,6 +40,10 @@ export class Readiness {
   /** Probes that failed in the current outage. */
   #failedProbes = 0;
   #draining = false;
+  /** The check under way, which every probe meanwhile shares. */
+  #running: Promise<Omit<ReadinessReport, "draining">> | null = null;
+  /** The last check's answer and when it came, reused for {@linkcode READY_REUSE_MS}. */
+  #last: { report: Omit<ReadinessReport, "draining">; at: number } | null = null;
 
   constructor(db: Database, box: SecretBox, log: Logger) {
     this.#db = db;
@@ -47,9 +56,30 @@ export class Readiness {
     this.#draining = true;
   }
 
-  /** The checks, and whether the process is draining. */
+  /**
+   * The checks, and whether the process is draining (always as of now). One check runs at a time,
+   * and its answer serves the probes of the next {@linkcode READY_REUSE_MS}.
+   */
   async check(): Promise<ReadinessReport> {
-    const draining = this.#draining;
+    const last = this.#last;
+    let report: Omit<ReadinessReport, "draining">;
+    if (last !== null && Date.now() - last.at < READY_REUSE_MS) {
+      report = last.report;
+    } else if (this.#running !== null) {
+      report = await this.#running;
+    } else {
+      this.#running = this.#checkNow().then((report) => {
+        this.#last = { report, at: Date.now() };
+        return report;
+      }).finally(() => this.#running = null);
+      return { ...await this.#running, draining: this.#draining };
+    }
+    // A probe answered by another's check counts as a failed probe too (the check counted its own).
+    if (report.checks.db === READY_DB_FAILED) this.#failedProbes++;
+    return { ...report, draining: this.#draining };
+  }
+
+  async #checkNow(): Promise<Omit<ReadinessReport, "draining">> {
     try {
       const encryption = await withDeadline(this.encryptionCheck(), READY_DB_TIMEOUT_MS);
       if (this.#failureLoggedAt !== null) {
@@ -57,14 +87,10 @@ export class Readiness {
         this.#failureLoggedAt = null;
         this.#failedProbes = 0;
       }
-      return { checks: { db: "ok", encryption }, draining, ...this.#rotation() };
+      return { checks: { db: "ok", encryption }, ...this.#rotation() };
     } catch (error) {
       this.#logFailure(error);
-      return {
-        checks: { db: READY_DB_FAILED, encryption: this.#encryption },
-        draining,
-        ...this.#rotation(),
-      };
+      return { checks: { db: READY_DB_FAILED, encryption: this.#encryption }, ...this.#rotation() };
     }
   }
 

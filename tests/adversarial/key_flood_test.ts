@@ -197,3 +197,31 @@ Deno.test(`a flood of random tenant ids is refused at a bounded database cost ($
     `${FLOOD} random tenant ids cost ${transactions} transactions in ${elapsedMs.toFixed(0)} ms`,
   );
 });
+
+Deno.test(`a flood of /ready probes costs the database about two queries a second (${ENGINE})`, async () => {
+  let answers = 0;
+  const { transactions, elapsedMs } = await measureFlood(
+    async () => {},
+    async (service) => {
+      // /ready needs no key: each probe used to be a query of its own.
+      const probe = async () => {
+        const answer = await fetch(`${service.url}/ready`);
+        assert.equal(answer.status, 200);
+        assert.equal((await answer.json()).checks.db, "ok");
+        answers++;
+      };
+      await sendAll(Array.from({ length: FLOOD }, () => probe));
+    },
+  );
+  console.log(
+    `resilience ready-flood: ${FLOOD} probes in ${(elapsedMs / 1000).toFixed(1)} s ` +
+      `(${ENGINE}), database transactions +${transactions}`,
+  );
+  assert.equal(answers, FLOOD);
+  // One check per half second, and room for what the service does on its own meanwhile.
+  const allowed = Math.ceil(elapsedMs / 500) + 100;
+  assert.ok(
+    transactions <= allowed,
+    `${FLOOD} probes cost ${transactions} transactions in ${elapsedMs.toFixed(0)} ms`,
+  );
+});
