@@ -251,6 +251,32 @@ Deno.test("every broken chain is rejected with its reason", async () => {
   }
 });
 
+Deno.test("a forged chain under a valid signature has its certificates checked once", async () => {
+  // An attacker's own leaf naming the real intermediate as its issuer, signed with its own key:
+  // its JWS's signature verifies, so the chain is checked. Sent again and again, it used to cost
+  // the certificates' signature checks every time.
+  const forged = await signedWith({ leafSignedBy: "root" });
+  const other = await signedWith({ leafMarker: false });
+  for (let i = 0; i < 20; i++) {
+    await rejects(forged.verifier, forged.jws, /leaf is not signed by the intermediate/);
+  }
+  assert.equal(forged.verifier.chainChecks, 1);
+  assert.equal(forged.verifier.cachedChains, 0);
+  // A refusal is the chain's own: another chain is checked on its own account.
+  for (let i = 0; i < 3; i++) {
+    await rejects(forged.verifier, other.jws, /not signed by a trusted root|lacks Apple's/);
+  }
+  assert.equal(forged.verifier.chainChecks, 2);
+  // A good chain on the same verifier still verifies and is cached.
+  const good = await forged.signer.signRaw(forged.signer.sampleTransaction());
+  await rejects(forged.verifier, good, /leaf is not signed by the intermediate/);
+  const honest = await signedWith();
+  await honest.verifier.verify(honest.jws);
+  await honest.verifier.verify(honest.jws);
+  assert.equal(honest.verifier.chainChecks, 1);
+  assert.equal(honest.verifier.cachedChains, 1);
+});
+
 Deno.test("validity is judged at signedDate, with 60 s of tolerance", async () => {
   const now = Date.now();
   const { jws: expiredButSignedBefore, verifier } = await signedWith(

@@ -11,6 +11,12 @@
  * SHA-256 of its decoded certificates, in a small LRU whose entries hold a key and two dates, not
  * the certificates. After that a JWS on the same chain costs one ES256 verification and a time
  * check against the chain's validity window. A JWS whose signature fails caches nothing.
+ *
+ * Anyone can also make a leaf of their own, name Apple's intermediate as its issuer, and sign
+ * with its key: the signature then verifies and the chain is checked. The chain's checks that need
+ * no signature (names, markers, the CA flag) come first, and a chain whose checks failed is
+ * remembered, by digest, in a bounded cache of its own: the same forged chain sent again costs its
+ * ES256 verification only, not the certificates' signatures again.
  */
 import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
@@ -46,6 +52,11 @@ const VALIDITY_TOLERANCE_MS = 60_000;
  * is a digest, a key and two dates (well under 1 KB), so this bounds the cache's bytes too.
  */
 export const CHAIN_CACHE_LIMIT = 32;
+/**
+ * How many refused chains are remembered (a digest and a reason each): a refusal depends on the
+ * chain and the trusted roots alone, which do not change while the process runs.
+ */
+export const REFUSED_CHAIN_LIMIT = 1_024;
 const CERTIFICATE_ROLES = ["leaf", "intermediate", "root"] as const;
 
 const encoder = new TextEncoder();
@@ -87,6 +98,9 @@ export class StoreaJwsVerifier {
   #chains = new Map<string, VerifiedChain>();
   /** Chain checks in flight, shared by concurrent JWS whose signatures already verified. */
   #checking = new Map<string, Promise<VerifiedChain>>();
+  /** Why each refused chain was refused, by digest; insertion order is age order. */
+  #refused = new Map<string, string>();
+  #chainChecks = 0;
 
   constructor(options: StoreaJwsVerifierOptions = {}) {
     this.#roots = (options.rootCertificates ?? []).map((der) => parseCertificate(der, "root"));
@@ -97,6 +111,11 @@ export class StoreaJwsVerifier {
   /** How many verified chains are cached (for tests). */
   get cachedChains(): number {
     return this.#chains.size;
+  }
+
+  /** How many chains have been checked, their certificates' signatures included (for tests). */
+  get chainChecks(): number {
+    return this.#chainChecks;
   }
 
   /**
@@ -168,6 +187,8 @@ export class StoreaJwsVerifier {
     leaf: pkijs.Certificate,
     leafKey: Es256VerifyingKey,
   ): Promise<VerifiedChain> {
+    const refused = this.#refused.get(digest);
+    if (refused !== undefined) return Promise.reject(new JwsInvalidError(refused));
     let checking = this.#checking.get(digest);
     if (!checking) {
       checking = this.#checkChain(ders, leaf, leafKey).then((chain) => {
@@ -177,6 +198,14 @@ export class StoreaJwsVerifier {
           this.#chains.delete(this.#chains.keys().next().value!);
         }
         return chain;
+      }, (error) => {
+        if (error instanceof JwsInvalidError) {
+          this.#refused.set(digest, error.message);
+          if (this.#refused.size > REFUSED_CHAIN_LIMIT) {
+            this.#refused.delete(this.#refused.keys().next().value!);
+          }
+        }
+        throw error;
       }).finally(() => this.#checking.delete(digest));
       this.#checking.set(digest, checking);
     }
@@ -188,9 +217,22 @@ export class StoreaJwsVerifier {
     leaf: pkijs.Certificate,
     leafKey: Es256VerifyingKey,
   ): Promise<VerifiedChain> {
+    this.#chainChecks++;
     const intermediate = parseCertificate(ders[1], "intermediate");
+    // What needs no signature first: a forged chain fails here at the cost of parsing it.
+    if (!leaf.issuer.isEqual(intermediate.subject)) {
+      throw new JwsInvalidError("the leaf is not signed by the intermediate");
+    }
+    if (!isCertificateAuthority(intermediate)) {
+      throw new JwsInvalidError("the intermediate is not a certificate authority");
+    }
+    if (!hasExtension(leaf, LEAF_MARKER_OID)) {
+      throw new JwsInvalidError("the leaf lacks Apple's App Store signing marker");
+    }
+    if (!hasExtension(intermediate, INTERMEDIATE_MARKER_OID)) {
+      throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
+    }
     const presentedRoot = parseCertificate(ders[2], "root");
-
     const anchors = this.#roots.length > 0 ? this.#roots : pinnedRoot(ders[2], presentedRoot);
     let anchor: pkijs.Certificate | undefined;
     for (const candidate of anchors) {
@@ -203,17 +245,8 @@ export class StoreaJwsVerifier {
       }
     }
     if (!anchor) throw new JwsInvalidError("the intermediate is not signed by a trusted root");
-    if (!leaf.issuer.isEqual(intermediate.subject) || !await verifiedBy(leaf, intermediate)) {
+    if (!await verifiedBy(leaf, intermediate)) {
       throw new JwsInvalidError("the leaf is not signed by the intermediate");
-    }
-    if (!isCertificateAuthority(intermediate)) {
-      throw new JwsInvalidError("the intermediate is not a certificate authority");
-    }
-    if (!hasExtension(leaf, LEAF_MARKER_OID)) {
-      throw new JwsInvalidError("the leaf lacks Apple's App Store signing marker");
-    }
-    if (!hasExtension(intermediate, INTERMEDIATE_MARKER_OID)) {
-      throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
     }
     const chain = [leaf, intermediate, anchor];
     return {
