@@ -317,7 +317,7 @@ function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposa
     const started = performance.now();
     try {
       const run = await maintainEmbedded(db.sql, signal);
-      if (run.vacuumed.length + run.analyzed.length === 0) return;
+      if (run.vacuumed.length + run.analyzed.length === 0 && !run.checkpointed) return;
       log.info("embedded_vacuumed", {
         ...run,
         durationMs: Math.round(performance.now() - started),

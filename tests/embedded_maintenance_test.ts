@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import type { Sql } from "../src/db/connect.ts";
-import { maintainEmbedded } from "../src/db/embedded_maintenance.ts";
+import { CHECKPOINT_WAL_BYTES, maintainEmbedded } from "../src/db/embedded_maintenance.ts";
 import {
   connectTestDatabase,
   databaseOf,
@@ -61,7 +61,57 @@ Deno.test({
       assert.deepEqual(await maintainEmbedded(db.sql, stopped.signal), {
         vacuumed: [],
         analyzed: [],
+        checkpointed: false,
       });
+    } finally {
+      await db.close();
+      await test.drop();
+    }
+  },
+});
+
+Deno.test({
+  name: "embedded maintenance: checkpoints, so the WAL stays bounded however much is written",
+  ignore: ENGINE !== "embedded",
+  async fn() {
+    const test = await freshDatabase();
+    const db = await connectTestDatabase(test);
+    const walBytes = async () => {
+      const [row] = await db.sql`SELECT sum(size)::float8 AS bytes FROM pg_ls_waldir()`;
+      return row.bytes as number;
+    };
+    const redo = async () => {
+      const [row] = await db.sql`SELECT redo_lsn::text AS lsn FROM pg_control_checkpoint()`;
+      return row.lsn as string;
+    };
+    try {
+      // A standalone backend never checkpoints on its own: churn about 3x the threshold of WAL
+      // (incompressible payloads, written and deleted, as the queue's rows are).
+      await db.sql`CREATE TABLE churn (body text)`;
+      const before = await redo();
+      const chunk = CHECKPOINT_WAL_BYTES / 8;
+      for (let written = 0; written < 3 * CHECKPOINT_WAL_BYTES; written += chunk) {
+        await db.sql`
+          INSERT INTO churn
+          SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 2048) g,
+                 generate_series(1, ${Math.ceil(chunk / 65_536)}::int) r
+          GROUP BY r`;
+        await db.sql`DELETE FROM churn`;
+      }
+      assert.equal(await redo(), before, "the engine checkpointed on its own after all");
+      const grown = await walBytes();
+      assert.ok(grown > 2 * CHECKPOINT_WAL_BYTES, `pg_wal holds ${grown} bytes`);
+
+      const run = await maintainEmbedded(db.sql);
+      assert.equal(run.checkpointed, true);
+      assert.notEqual(await redo(), before);
+      const after = await walBytes();
+      assert.ok(
+        after < grown && after <= 112 * 1024 * 1024,
+        `pg_wal holds ${after} bytes after the checkpoint, ${grown} before`,
+      );
+      // Nothing written since: no checkpoint.
+      assert.equal((await maintainEmbedded(db.sql)).checkpointed, false);
     } finally {
       await db.close();
       await test.drop();

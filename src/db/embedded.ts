@@ -65,10 +65,14 @@ const TRANSACTION_IDLE_LIMIT_MS = 30_000;
  * shared buffers and room for 100 connections, were most of the engine's resident set. PGlite
  * runs one session, and 2 MB of buffers cost about 7% more CPU than 8 MB over 13,000 inserts and
  * reads (docs/benchmarks.md, "The embedded engine"). Neither changes what a commit survives.
+ * The WAL kept after a checkpoint, as segments recycled for reuse, is at most `max_wal_size`: at
+ * PostgreSQL's 1 GB, a checkpoint (embedded_maintenance.ts) freed none of the WAL a day had written.
  */
 const ENGINE_SETTINGS: Record<string, string> = {
   shared_buffers: "2MB",
   max_connections: "4",
+  max_wal_size: "96MB",
+  min_wal_size: "32MB",
 };
 
 /** A running embedded engine. */

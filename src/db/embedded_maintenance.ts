@@ -12,6 +12,11 @@
  * inserted rows, or the age of their oldest unfrozen transaction id), and analyzes the service's
  * own tables past the analyze threshold. One table at a time: each statement holds the engine's
  * one session while it runs. Unlike autovacuum, it vacuums TOAST tables only for dead rows or age.
+ *
+ * It also checkpoints, as the server's checkpointer would: a standalone backend never starts a
+ * checkpoint however much WAL it writes, and WAL is removed only up to the last checkpoint, so
+ * `pg_wal` grew by every byte written since boot (about 28 KB per notification relayed) until the
+ * disk was full, and a crash replayed all of it at the next boot.
  */
 import type { Sql } from "./connect.ts";
 
@@ -21,7 +26,16 @@ export interface EmbeddedMaintenanceRun {
   vacuumed: string[];
   /** Tables only analyzed. */
   analyzed: string[];
+  /** Whether it checkpointed (past {@linkcode CHECKPOINT_WAL_BYTES} of WAL since the last). */
+  checkpointed: boolean;
 }
+
+/**
+ * WAL written since the last checkpoint that makes a run checkpoint: `max_wal_size`'s role on a
+ * server, smaller, so `pg_wal` stays within about this plus `min_wal_size` (80 MB of recycled
+ * segments) and a crash replays at most this much.
+ */
+export const CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024;
 
 /**
  * autovacuum's defaults (`autovacuum_vacuum_threshold` and `_scale_factor`, the insert and
@@ -56,7 +70,7 @@ export async function maintainEmbedded(
     FROM pg_stat_all_tables s JOIN pg_class c ON c.oid = s.relid
     WHERE c.relkind IN ('r', 't')
     ORDER BY s.schemaname, s.relname`;
-  const run: EmbeddedMaintenanceRun = { vacuumed: [], analyzed: [] };
+  const run: EmbeddedMaintenanceRun = { vacuumed: [], analyzed: [], checkpointed: false };
   for (const table of due) {
     if (signal?.aborted) break;
     // The name comes quoted from format('%I.%I'); VACUUM takes no parameters.
@@ -68,6 +82,14 @@ export async function maintainEmbedded(
       await sql.unsafe(`ANALYZE ${table.name}`);
       run.analyzed.push(table.name);
     }
+  }
+  if (signal?.aborted) return run;
+  // After the vacuums, whose WAL it then covers too.
+  const [wal] = await sql<{ since: number }[]>`
+    SELECT (pg_current_wal_lsn() - redo_lsn)::float8 AS since FROM pg_control_checkpoint()`;
+  if (wal.since > CHECKPOINT_WAL_BYTES) {
+    await sql`CHECKPOINT`;
+    run.checkpointed = true;
   }
   return run;
 }
