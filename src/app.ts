@@ -91,7 +91,10 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     db.close().catch((error) => log.warn("database_close_failed", log.errorFields(error)))
   );
 
-  const applied = await migrate(db.sql);
+  const applied = await migrate(db.sql, undefined, {
+    onLockTimeout: (attempt, pauseMs) =>
+      log.warn("migration_lock_timeout", { attempt, retryInMs: pauseMs }),
+  });
   if (applied.length > 0) log.info("migrations_applied", { migrations: applied });
   await ensureEncryptionCanary(db.sql, box);
   const readiness = new Readiness(db, box, log);

@@ -2,6 +2,12 @@
  * Migrations: the plain SQL files of `migrations/`, applied in name order, each once, recorded in
  * `schema_migrations`. All pending files run in one transaction under an advisory lock, so
  * replicas booting together apply them once and a failed file leaves nothing half-done.
+ *
+ * A statement that needs a table's lock while another session holds it (a long report, a backup's
+ * `pg_dump`) waits at most {@linkcode MIGRATION_LOCK_TIMEOUT_MS}: while it waits, every insert into
+ * that table queues behind it, so an unbounded wait would hold the receivers for as long as the
+ * backup ran. The transaction is then rolled back whole and tried again after a pause, a few times
+ * (docs/operations.md, "Upgrades and migrations").
  */
 import type { Sql } from "./connect.ts";
 
@@ -28,11 +34,54 @@ export async function readMigrations(dir: URL = MIGRATIONS_DIR): Promise<Migrati
   );
 }
 
+/** The longest a migration's statement waits for a lock another session holds. */
+export const MIGRATION_LOCK_TIMEOUT_MS = 3_000;
+/** Pauses before the tries after a lock timeout: about a minute in all. */
+const LOCK_RETRY_PAUSES_MS = [2_000, 5_000, 10_000, 20_000];
+
+/** How {@linkcode migrate} waits for locks; the defaults are the service's. */
+export interface MigrateOptions {
+  lockTimeoutMs?: number;
+  retryPausesMs?: number[];
+  /** Told before each pause, after a lock timeout. */
+  onLockTimeout?: (attempt: number, pauseMs: number) => void;
+}
+
+/** PostgreSQL's SQLSTATE for a lock not obtained within `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = "55P03";
+
 /** Applies the pending migrations; returns the names applied by this call. */
-export async function migrate(sql: Sql, migrations?: Migration[]): Promise<string[]> {
+export async function migrate(
+  sql: Sql,
+  migrations?: Migration[],
+  options: MigrateOptions = {},
+): Promise<string[]> {
   const files = migrations ?? await readMigrations();
-  return await sql.begin(async (tx) => {
+  const pauses = options.retryPausesMs ?? LOCK_RETRY_PAUSES_MS;
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await migrateOnce(sql, files, options.lockTimeoutMs ?? MIGRATION_LOCK_TIMEOUT_MS);
+    } catch (error) {
+      const pause = pauses[attempt - 1];
+      if ((error as { code?: unknown })?.code !== LOCK_NOT_AVAILABLE) throw error;
+      if (pause === undefined) {
+        throw new Error(
+          `a migration waited for a table that another session kept locked (a backup or a long ` +
+            `query?), ${attempt} times; nothing was applied: try again once it has finished`,
+          { cause: error },
+        );
+      }
+      options.onLockTimeout?.(attempt, pause);
+      await new Promise((resolve) => setTimeout(resolve, pause));
+    }
+  }
+}
+
+function migrateOnce(sql: Sql, files: Migration[], lockTimeoutMs: number): Promise<string[]> {
+  return sql.begin(async (tx) => {
+    // Replicas booting together wait for each other here, however long the first one takes.
     await tx`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`;
+    await tx`SELECT set_config('lock_timeout', ${`${lockTimeoutMs}ms`}, true)`;
     await tx`
       CREATE TABLE IF NOT EXISTS schema_migrations (
         name       text PRIMARY KEY,
