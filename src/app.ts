@@ -294,6 +294,11 @@ function startEventRetention(
 ): void {
   const retentionDays = config.eventRetentionDays;
   if (retentionDays === 0) return;
+  if (retentionDays < DUPLICATE_MEMORY_DAYS) {
+    // A notification a store sends again after its event was pruned is new to the service, and is
+    // stored and delivered under a new event id: the tenant cannot tell it is a duplicate.
+    log.warn("event_retention_short", { retentionDays, recommendedDays: DUPLICATE_MEMORY_DAYS });
+  }
   const job = new PruneJob("event retention", "41 * * * *", async (signal) => {
     const started = performance.now();
     try {
@@ -334,6 +339,12 @@ function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposa
   job.schedule();
   stack.defer(() => job.stop());
 }
+
+/**
+ * The shortest `EVENT_RETENTION_DAYS` that keeps recognising a notification a store sends again
+ * (docs/operations.md, "Retention"); a shorter one is allowed, with a warning at boot.
+ */
+const DUPLICATE_MEMORY_DAYS = 31;
 
 /** Connections of the dispatcher's own pool, besides `DATABASE_POOL_SIZE`. */
 const DISPATCH_POOL_SIZE = 3;

@@ -407,7 +407,7 @@ export const CONFIG_GROUPS = [
         parser: integer(0, 36500),
         default: "90",
         description:
-          "Days a delivered or failed delivery is kept, with its attempts and its event; `0` keeps them forever. Pending deliveries are never deleted. Pruned at boot and every hour, in small batches. Keep at least 31 so that a notification a store sends again is still recognised as a duplicate. See [Retention](#retention).",
+          "Days a delivered or failed delivery is kept, with its attempts and its event; `0` keeps them forever. Pending deliveries are never deleted. Pruned at boot and every hour, in small batches. Keep at least 31 so that a notification a store sends again is still recognised as a duplicate (a shorter period logs `event_retention_short` at boot). See [Retention](#retention).",
       }),
     ],
   },
