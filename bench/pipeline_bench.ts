@@ -4,8 +4,11 @@
  *
  * The `health` group compares a bare handler building the same response with the service's
  * pipeline (request id, routing, the two common headers, the `http_request` line) around the real
- * `/health` route; the `not found` group times a 404 with its error envelope. Log lines go to a
- * sink that drops them: writing them out is part of `bench/health.ts`, not of this file.
+ * `/health` route; the `not found` group times a 404 with its error envelope; the `body` group
+ * reads a verify request's JSON body as the service does (content type, size limit counted on the
+ * bytes, strict UTF-8, nesting depth, the 5 s deadline) against `request.bytes()` and
+ * `JSON.parse` alone. Log lines go to a sink that drops them: writing them out is part of
+ * `bench/health.ts`, not of this file.
  *
  *     deno task bench:pipeline        # = deno bench bench/pipeline_bench.ts
  * @module
@@ -14,6 +17,7 @@ import { type ApiDeps, ENDPOINTS } from "../src/api/mod.ts";
 import { Router } from "../src/http/router.ts";
 import { createRequestHandler, InFlight } from "../src/http/server.ts";
 import { Logger } from "../src/log.ts";
+import { readJsonBody, VERIFY_BODY_LIMIT } from "../src/http/body.ts";
 import { HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 
 const log = new Logger({ level: "info", production: true, write: () => {} });
@@ -46,3 +50,23 @@ Deno.bench("pipeline: GET /health", { group: "health" }, () => {
 Deno.bench("pipeline: unknown route, 404 envelope", { group: "not found" }, () => {
   handle(unknown);
 });
+
+const verifyBody = JSON.stringify({ transactionId: "2000000123456789", environment: "production" });
+const verifyRequest = () =>
+  new Request("http://127.0.0.1:8080/v1/storea/verify", {
+    method: "POST",
+    body: verifyBody,
+    headers: { "content-type": "application/json", "content-length": String(verifyBody.length) },
+  });
+
+Deno.bench("bare: request.bytes() and JSON.parse", { group: "body", baseline: true }, async () => {
+  JSON.parse(new TextDecoder().decode(await verifyRequest().bytes()));
+});
+
+Deno.bench(
+  "readJsonBody: a verify body, checked, within its deadline",
+  { group: "body" },
+  async () => {
+    await readJsonBody(verifyRequest(), VERIFY_BODY_LIMIT);
+  },
+);
