@@ -12,6 +12,7 @@ import {
   type AttemptResult,
   claimDueDeliveries,
   type ClaimedDelivery,
+  countBacklog,
   FAILING_CALLBACK_STREAK,
   nextDueAt,
   recordAndClaim,
@@ -126,6 +127,22 @@ Deno.test("delivery queue: tenants take turns, and no tenant exceeds its cap", a
       // Two leases freed: the two deliveries whose lease ended, the oldest, are taken over.
       assert.deepEqual(claimed.map((d) => d.id).sort(), ["dlv_flood_0", "dlv_flood_1"]);
     });
+  } finally {
+    await db.close();
+    await test.drop();
+  }
+});
+
+Deno.test("delivery queue: the backlog's due count leaves out inactive tenants", async () => {
+  const { db, test } = await openQueue();
+  try {
+    await tenantWithBacklog(db.sql, "on", 3);
+    await tenantWithBacklog(db.sql, "off", 4, { active: false });
+    // An inactive tenant's deliveries wait, unclaimed, until it is activated: counted as due, they
+    // kept the due gauge up for good, an alert that never clears.
+    assert.deepEqual(await countBacklog(db.sql), { pending: 7, due: 3 });
+    await claim(db.sql, "o", 10, 10);
+    assert.deepEqual(await countBacklog(db.sql), { pending: 7, due: 3 });
   } finally {
     await db.close();
     await test.drop();

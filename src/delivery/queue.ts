@@ -188,16 +188,17 @@ function claimedDelivery(row: postgres.Row): ClaimedDelivery {
 }
 
 /**
- * The deliveries waiting, for the backlog gauge: all pending ones, and those already due. It
- * reads the pending deliveries' partial index, so it costs in proportion to the backlog; the
+ * The deliveries waiting, for the backlog gauge: all pending ones, and those already due of active
+ * tenants (an inactive tenant's wait for it, unclaimed, and would keep the due count up for good).
+ * It reads the pending deliveries' partial index, so it costs in proportion to the backlog; the
  * gauge reuses its answer (docs/operations.md, "Telemetry").
  */
 export async function countBacklog(sql: Sql): Promise<{ pending: number; due: number }> {
   const [row] = await sql`
     SELECT count(*)::int AS pending,
-           (count(*) FILTER (WHERE next_attempt_at <= now()))::int AS due
-    FROM deliveries
-    WHERE status = 'pending'`;
+           (count(*) FILTER (WHERE d.next_attempt_at <= now() AND t.active))::int AS due
+    FROM deliveries d JOIN tenants t ON t.id = d.tenant_id
+    WHERE d.status = 'pending'`;
   return { pending: row.pending, due: row.due };
 }
 
