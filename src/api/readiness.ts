@@ -63,13 +63,14 @@ export class Readiness {
   async check(): Promise<ReadinessReport> {
     const last = this.#last;
     let report: Omit<ReadinessReport, "draining">;
-    if (last !== null && Date.now() - last.at < READY_REUSE_MS) {
+    // A monotonic clock: a wall clock stepped back would stretch the reuse by the step.
+    if (last !== null && performance.now() - last.at < READY_REUSE_MS) {
       report = last.report;
     } else if (this.#running !== null) {
       report = await this.#running;
     } else {
       this.#running = this.#checkNow().then((report) => {
-        this.#last = { report, at: Date.now() };
+        this.#last = { report, at: performance.now() };
         return report;
       }).finally(() => this.#running = null);
       return { ...await this.#running, draining: this.#draining };
