@@ -3,6 +3,7 @@
  * socket from others, share PGlite's one session safely.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import postgres from "postgres";
 import { connectDatabase, type Database } from "../src/db/connect.ts";
 import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
@@ -167,14 +168,10 @@ Deno.test("embedded: an answer larger than the socket's buffer reaches the socke
       );
       assert.equal(rows.length, 1000);
       const wrong = rows.findIndex((row, i) =>
-        row.n !== i + 1 || row.text.length !== 2048 || !row.text.startsWith(row.text.slice(0, 32))
+        row.n !== i + 1 ||
+        row.text !== createHash("md5").update(String(i + 1)).digest("hex").repeat(64)
       );
       assert.equal(wrong, -1, `row ${wrong} came back changed`);
-      const [{ md5 }] = await other.sql`SELECT md5(${rows.map((r) => r.text).join("")}) AS md5`;
-      const [{ expected }] = await db.sql`
-        SELECT md5(string_agg(repeat(md5(g::text), 64), '' ORDER BY g)) AS expected
-        FROM generate_series(1, 1000) g`;
-      assert.equal(md5, expected);
     }
   } finally {
     await other.close();

@@ -25,11 +25,14 @@ Deno.test({
       const files = [...await readMigrations(), LOCKING];
       await db.sql`INSERT INTO tenants (id, name) VALUES ('t', 't')`;
       // A backup's long read of `events`: it holds ACCESS SHARE until it ends.
+      let holding = () => {};
+      const held = new Promise<void>((resolve) => holding = resolve);
       const reading = reader.begin(async (tx) => {
         await tx`SELECT count(*) FROM events`;
+        holding();
         await tx`SELECT pg_sleep(3)`;
       });
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await held;
 
       const timeouts: number[] = [];
       const migrating = migrate(db.sql, files, {
@@ -39,7 +42,15 @@ Deno.test({
       });
       // Meanwhile a receiver's insert goes through within a lock timeout or so, not after the
       // whole read (without a lock timeout it queued behind the migration until the read ended).
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // It is sent once the migration waits for its lock.
+      for (const until = Date.now() + 5_000;;) {
+        assert.ok(Date.now() < until, "the migration never waited for its lock");
+        const [{ waiting }] = await writer`
+          SELECT count(*)::int AS waiting FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'`;
+        if (waiting > 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
       const started = performance.now();
       await writer`
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)

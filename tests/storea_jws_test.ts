@@ -257,24 +257,26 @@ Deno.test("a forged chain under a valid signature has its certificates checked o
   // the certificates' signature checks every time.
   const forged = await signedWith({ leafSignedBy: "root" });
   const other = await signedWith({ leafMarker: false });
+  const honest = await signedWith();
+  const verifier = new StoreaJwsVerifier({
+    rootCertificates: [forged.pki.rootDer, other.pki.rootDer, honest.pki.rootDer],
+    engine: "openssl",
+  });
   for (let i = 0; i < 20; i++) {
-    await rejects(forged.verifier, forged.jws, /leaf is not signed by the intermediate/);
+    await rejects(verifier, forged.jws, /leaf is not signed by the intermediate/);
   }
-  assert.equal(forged.verifier.chainChecks, 1);
-  assert.equal(forged.verifier.cachedChains, 0);
+  assert.equal(verifier.chainChecks, 1);
+  assert.equal(verifier.cachedChains, 0);
   // A refusal is the chain's own: another chain is checked on its own account.
   for (let i = 0; i < 3; i++) {
-    await rejects(forged.verifier, other.jws, /not signed by a trusted root|lacks Apple's/);
+    await rejects(verifier, other.jws, /lacks Apple's App Store signing marker/);
   }
-  assert.equal(forged.verifier.chainChecks, 2);
-  // A good chain on the same verifier still verifies and is cached.
-  const good = await forged.signer.signRaw(forged.signer.sampleTransaction());
-  await rejects(forged.verifier, good, /leaf is not signed by the intermediate/);
-  const honest = await signedWith();
-  await honest.verifier.verify(honest.jws);
-  await honest.verifier.verify(honest.jws);
-  assert.equal(honest.verifier.chainChecks, 1);
-  assert.equal(honest.verifier.cachedChains, 1);
+  assert.equal(verifier.chainChecks, 2);
+  // On the same verifier, with refusals remembered, an honest chain still verifies, and is
+  // cached: checked once, however often it comes.
+  for (let i = 0; i < 3; i++) await verifier.verify(honest.jws);
+  assert.equal(verifier.chainChecks, 3);
+  assert.equal(verifier.cachedChains, 1);
 });
 
 Deno.test("validity is judged at signedDate, with 60 s of tolerance", async () => {
