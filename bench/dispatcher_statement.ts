@@ -157,27 +157,32 @@ async function benchEngine(
   });
 }
 
+/** Connects to one engine, migrates it, and runs {@linkcode benchEngine} with `client`'s client. */
+async function benchOn(
+  where: { databaseUrl: string | null; dataDir: string; shareEmbedded: boolean },
+  client: (options: postgres.Options<never>) => Sql,
+  statements: number,
+): Promise<string[]> {
+  const db = await connectDatabase({ ...where, poolSize: 2, timeoutMs: 30_000 });
+  const capturing = capturingClient(client);
+  try {
+    await migrate(db.sql);
+    return await benchEngine(db, capturing, statements);
+  } finally {
+    await capturing.sql.end();
+    await db.close();
+  }
+}
+
 async function benchPostgres(statements: number): Promise<string[]> {
   const pg = await createDatabase();
   try {
-    const db = await connectDatabase({
-      databaseUrl: pg.url,
-      dataDir: "",
-      poolSize: 2,
-      timeoutMs: 30_000,
-      shareEmbedded: false,
-    });
     // As the dispatcher's own pool sends its statements (src/db/connect.ts): unprepared.
-    const client = capturingClient((options) =>
-      postgres(pg.url, { ...options, max: 1, prepare: false, onnotice: () => {} })
+    return await benchOn(
+      { databaseUrl: pg.url, dataDir: "", shareEmbedded: false },
+      (options) => postgres(pg.url, { ...options, max: 1, prepare: false, onnotice: () => {} }),
+      statements,
     );
-    try {
-      await migrate(db.sql);
-      return await benchEngine(db, client, statements);
-    } finally {
-      await client.sql.end();
-      await db.close();
-    }
   } finally {
     await pg.drop();
   }
@@ -188,21 +193,11 @@ async function benchEmbedded(statements: number): Promise<string[]> {
   try {
     // Served on the data directory's socket, as a service serves it, for a client of our own
     // that, like the dispatcher's, sends unprepared statements (over the socket, not in memory).
-    const db = await connectDatabase({
-      databaseUrl: null,
-      dataDir,
-      poolSize: 2,
-      timeoutMs: 30_000,
-      shareEmbedded: true,
-    });
-    const client = capturingClient((options) => sharedEmbeddedClient(dataDir, options));
-    try {
-      await migrate(db.sql);
-      return await benchEngine(db, client, statements);
-    } finally {
-      await client.sql.end();
-      await db.close();
-    }
+    return await benchOn(
+      { databaseUrl: null, dataDir, shareEmbedded: true },
+      (options) => sharedEmbeddedClient(dataDir, options),
+      statements,
+    );
   } finally {
     await Deno.remove(dataDir, { recursive: true }).catch(() => {});
   }
