@@ -17,6 +17,16 @@
 
 import { recordCacheLookup } from "./telemetry.ts";
 
+/**
+ * Sets `key` to `value` as the newest entry of `map` (insertion order is age order), then drops the
+ * oldest entries past `limit`: the bound on every map here that untrusted input can fill.
+ */
+export function setBounded<K, V>(map: Map<K, V>, key: K, value: V, limit: number): void {
+  map.delete(key);
+  map.set(key, value);
+  while (map.size > limit) map.delete(map.keys().next().value!);
+}
+
 /** Loads the values of `keys`; a key missing from the result is absent. */
 export type BatchLoader<T> = (keys: string[]) => Promise<Map<string, T>>;
 
@@ -137,16 +147,12 @@ export class LookupCache<T> {
   #settle(key: string, value: T | null): T | null {
     this.#loading.delete(key);
     const expiresAt = performance.now() + this.#ttlMs;
-    this.#found.delete(key);
-    this.#absent.delete(key);
     if (value === null) {
-      this.#absent.set(key, expiresAt);
-      if (this.#absent.size > this.#absentLimit) {
-        this.#absent.delete(this.#absent.keys().next().value!);
-      }
+      this.#found.delete(key);
+      setBounded(this.#absent, key, expiresAt, this.#absentLimit);
     } else {
-      this.#found.set(key, { value, expiresAt });
-      if (this.#found.size > this.#limit) this.#found.delete(this.#found.keys().next().value!);
+      this.#absent.delete(key);
+      setBounded(this.#found, key, { value, expiresAt }, this.#limit);
     }
     return value;
   }

@@ -19,6 +19,7 @@
  * - `stop()` stops claiming and waits for the attempts in flight.
  */
 import { withDeadline } from "../deadline.ts";
+import { setBounded } from "../cache.ts";
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import type { Logger } from "../log.ts";
@@ -167,12 +168,8 @@ export class Dispatcher {
 
   /** Remembers whether the tenant's callback just answered 2xx, for {@linkcode #reserve}. */
   #noteAnswer(tenantId: string, delivered: boolean): void {
-    this.#healthySince.delete(tenantId);
-    if (!delivered) return;
-    if (this.#healthySince.size >= HEALTHY_TENANTS_SIZE) {
-      this.#healthySince.delete(this.#healthySince.keys().next().value!);
-    }
-    this.#healthySince.set(tenantId, Date.now());
+    if (!delivered) this.#healthySince.delete(tenantId);
+    else setBounded(this.#healthySince, tenantId, Date.now(), HEALTHY_TENANTS_SIZE);
   }
 
   /** Attempts in flight now. */
@@ -403,11 +400,8 @@ export class Dispatcher {
     const key = `${tenantId}\u0000${sealed}`;
     const cached = this.#opened.get(key);
     if (cached !== undefined) return cached;
-    if (this.#opened.size >= OPENED_SECRETS_SIZE) {
-      this.#opened.delete(this.#opened.keys().next().value!);
-    }
     const opened = this.#options.box.open("webhook-secret", tenantId, sealed);
-    this.#opened.set(key, opened);
+    setBounded(this.#opened, key, opened, OPENED_SECRETS_SIZE);
     // A value that does not open (a master key not configured) is not kept.
     opened.catch(() => this.#opened.delete(key));
     return opened;

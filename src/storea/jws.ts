@@ -24,6 +24,7 @@ import { decodeUtf8Strict, isJsonObject } from "../json.ts";
 import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
 import { RelayError } from "../errors.ts";
 import { recordCacheLookup } from "../telemetry.ts";
+import { setBounded } from "../cache.ts";
 
 pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
 
@@ -192,18 +193,12 @@ export class StoreaJwsVerifier {
     let checking = this.#checking.get(digest);
     if (!checking) {
       checking = this.#checkChain(ders, leaf, leafKey).then((chain) => {
-        this.#chains.set(digest, chain);
-        // Forget the least recently used chain.
-        if (this.#chains.size > CHAIN_CACHE_LIMIT) {
-          this.#chains.delete(this.#chains.keys().next().value!);
-        }
+        // The least recently used chain goes first.
+        setBounded(this.#chains, digest, chain, CHAIN_CACHE_LIMIT);
         return chain;
       }, (error) => {
         if (error instanceof JwsInvalidError) {
-          this.#refused.set(digest, error.message);
-          if (this.#refused.size > REFUSED_CHAIN_LIMIT) {
-            this.#refused.delete(this.#refused.keys().next().value!);
-          }
+          setBounded(this.#refused, digest, error.message, REFUSED_CHAIN_LIMIT);
         }
         throw error;
       }).finally(() => this.#checking.delete(digest));
