@@ -61,22 +61,18 @@ export class Readiness {
    * and its answer serves the probes of the next {@linkcode READY_REUSE_MS}.
    */
   async check(): Promise<ReadinessReport> {
-    const last = this.#last;
-    let report: Omit<ReadinessReport, "draining">;
     // A monotonic clock: a wall clock stepped back would stretch the reuse by the step.
-    if (last !== null && performance.now() - last.at < READY_REUSE_MS) {
-      report = last.report;
-    } else if (this.#running !== null) {
-      report = await this.#running;
-    } else {
+    const fresh = this.#last !== null && performance.now() - this.#last.at < READY_REUSE_MS;
+    const shared = fresh || this.#running !== null;
+    if (!shared) {
       this.#running = this.#checkNow().then((report) => {
         this.#last = { report, at: performance.now() };
         return report;
       }).finally(() => this.#running = null);
-      return { ...await this.#running, draining: this.#draining };
     }
+    const report = fresh ? this.#last!.report : await this.#running!;
     // A probe answered by another's check counts as a failed probe too (the check counted its own).
-    if (report.checks.db === READY_DB_FAILED) this.#failedProbes++;
+    if (shared && report.checks.db === READY_DB_FAILED) this.#failedProbes++;
     return { ...report, draining: this.#draining };
   }
 
