@@ -873,8 +873,8 @@ function describeReceiver(result: ReceiverResult, settings: RelaySettings): stri
 
 // --- servers -------------------------------------------------------------------------------------
 
-/** POSTs in flight in the signed-POST loop: the service's `DELIVERY_CONCURRENCY`. */
-const POST_LOOP_IN_FLIGHT = 32;
+/** POSTs in flight in the signed-POST loop: the service's default `DELIVERY_CONCURRENCY`. */
+const POST_LOOP_IN_FLIGHT = 64;
 
 /** Runs bench/signed_post_loop.ts on the service's core for as long as the measured run. */
 async function runSignedPostLoop(

@@ -514,8 +514,9 @@ export const CONFIG_GROUPS = [
         name: "DELIVERY_CONCURRENCY",
         field: "deliveryConcurrency",
         parser: integer(1, 10000),
-        default: "32",
-        description: "Delivery attempts in flight per service process.",
+        default: "64",
+        description:
+          "Delivery attempts in flight per service process, shared among tenants: slow callbacks need more ([Sizing](#sizing)).",
       }),
       variable({
         name: "DELIVERY_TENANT_CONCURRENCY",

@@ -43,7 +43,7 @@ Deno.test("config: defaults match the documented ones", () => {
   ]);
   assert.equal(config.deliveryTimeoutMs, 10_000);
   assert.equal(config.upstreamTimeoutMs, 10_000);
-  assert.equal(config.deliveryConcurrency, 32);
+  assert.equal(config.deliveryConcurrency, 64);
   assert.equal(config.deliveryTenantConcurrency, 8);
   assert.equal(config.callbackAllowHttp, true);
   assert.equal(config.callbackAllowPrivateNetworks, true);

@@ -23,7 +23,7 @@ import { untilAborted } from "../abort.ts";
 const IDLE_CONNECTION_MS = 30_000;
 /**
  * Idle connections kept per host, port and set of checked addresses: more than the dispatcher's
- * default concurrency (32), so that a burst's connections all serve the next one.
+ * default concurrency (64), so that a burst's connections all serve the next one.
  */
 const IDLE_CONNECTIONS_PER_TARGET = 256;
 
