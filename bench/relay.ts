@@ -57,6 +57,7 @@ import {
 import type { SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
 import { sharedEmbeddedClient } from "../src/db/connect.ts";
+import { CONFIG_VARIABLES } from "../src/config.ts";
 import {
   beginRun,
   checkAnswer,
@@ -874,7 +875,9 @@ function describeReceiver(result: ReceiverResult, settings: RelaySettings): stri
 // --- servers -------------------------------------------------------------------------------------
 
 /** POSTs in flight in the signed-POST loop: the service's default `DELIVERY_CONCURRENCY`. */
-const POST_LOOP_IN_FLIGHT = 64;
+const POST_LOOP_IN_FLIGHT = Number(
+  CONFIG_VARIABLES.find((variable) => variable.name === "DELIVERY_CONCURRENCY")!.default,
+);
 
 /** Runs bench/signed_post_loop.ts on the service's core for as long as the measured run. */
 async function runSignedPostLoop(
