@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { migrate, type Migration, readMigrations } from "../src/db/migrate.ts";
 import { connectTestDatabase, ENGINE, freshDatabase } from "./helpers/service.ts";
+import { eventually } from "./helpers/relay.ts";
 
 const LOCKING: Migration = {
   name: "9999_test_lock_probe.sql",
@@ -43,14 +44,16 @@ Deno.test({
       // Meanwhile a receiver's insert goes through within a lock timeout or so, not after the
       // whole read (without a lock timeout it queued behind the migration until the read ended).
       // It is sent once the migration waits for its lock.
-      for (const until = Date.now() + 5_000;;) {
-        assert.ok(Date.now() < until, "the migration never waited for its lock");
-        const [{ waiting }] = await writer`
+      await eventually(
+        async () => {
+          const [{ waiting }] = await writer`
           SELECT count(*)::int AS waiting FROM pg_stat_activity
           WHERE datname = current_database() AND wait_event_type = 'Lock'`;
-        if (waiting > 0) break;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
+          return waiting > 0 ? true : undefined;
+        },
+        5_000,
+        "the migration waiting for its lock",
+      );
       const started = performance.now();
       await writer`
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
