@@ -410,6 +410,13 @@ Deno.test("docs: the systemd unit runs serve and outlasts the shutdown drain", (
   assert.ok(Number(setting("LimitNOFILE")) >= 4096, "LimitNOFILE");
   const dataDir = settings.get("Environment")!.find((value) => value.startsWith("DATA_DIR="));
   assert.equal(dataDir, `DATA_DIR=/var/lib/${setting("StateDirectory")}`);
+  // An environment file that leaves NODE_ENV out must not relax the callback checks or run on a
+  // generated key: the unit's own default is production, as the container image's is.
+  assert.ok(
+    settings.get("Environment")!.includes("NODE_ENV=production"),
+    "deploy/purchase-relay.service sets Environment=NODE_ENV=production",
+  );
+  assert.match(read("Dockerfile"), /^ENV .*\bNODE_ENV=production\b/m);
 
   // The drain: requests (SHUTDOWN_TIMEOUT), a request still running after it (UPSTREAM_TIMEOUT),
   // delivery attempts in flight (DELIVERY_TIMEOUT), then closing the database.
