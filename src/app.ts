@@ -35,7 +35,7 @@ import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.
 import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
-import { maintainEmbedded } from "./db/embedded_maintenance.ts";
+import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_maintenance.ts";
 import { IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
@@ -317,11 +317,12 @@ function startEventRetention(
 }
 
 /**
- * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded_maintenance.ts):
- * every minute, as autovacuum would look.
+ * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded_maintenance.ts),
+ * every {@linkcode MAINTENANCE_INTERVAL_MS}.
  */
 function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposableStack): void {
-  const job = new PruneJob("embedded engine vacuum", "* * * * *", async (signal) => {
+  const every = { everyMs: MAINTENANCE_INTERVAL_MS };
+  const job = new PruneJob("embedded engine vacuum", every, async (signal) => {
     const started = performance.now();
     try {
       const run = await maintainEmbedded(db.sql, signal);

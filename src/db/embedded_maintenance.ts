@@ -11,7 +11,11 @@
  * PostgreSQL keeps per table and vacuums the tables past autovacuum's thresholds (dead rows,
  * inserted rows, or the age of their oldest unfrozen transaction id), and analyzes the service's
  * own tables past the analyze threshold. One table at a time: each statement holds the engine's
- * one session while it runs. Unlike autovacuum, it vacuums TOAST tables only for dead rows or age.
+ * one session while it runs, so every request waits for it. Two differences from autovacuum keep
+ * that wait short: a table is vacuumed once {@linkcode DEAD_ROWS_CAP} rows are dead, however
+ * large it is (autovacuum waits for a fifth of the live rows, so a vacuum's work, and the wait,
+ * grew with the table), and runs come every {@linkcode MAINTENANCE_INTERVAL_MS}, so each finds
+ * only the churn of a few seconds. And it vacuums TOAST tables only for dead rows or age.
  *
  * It also checkpoints, as the server's checkpointer would: a standalone backend never starts a
  * checkpoint however much WAL it writes, and WAL is removed only up to the last checkpoint, so
@@ -38,6 +42,15 @@ export interface EmbeddedMaintenanceRun {
 export const CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024;
 
 /**
+ * How often the service runs it: often enough that a busy queue's churn since the last run is a
+ * few thousand rows (a vacuum of tens of milliseconds), not a minute's worth.
+ */
+export const MAINTENANCE_INTERVAL_MS = 10_000;
+
+/** Dead rows that make a table due whatever its size: a bound on one vacuum's work. */
+export const DEAD_ROWS_CAP = 2_000;
+
+/**
  * autovacuum's defaults (`autovacuum_vacuum_threshold` and `_scale_factor`, the insert and
  * analyze ones, and `autovacuum_freeze_max_age`).
  */
@@ -60,7 +73,8 @@ export async function maintainEmbedded(
   // inserted would read every new payload while the session waits.
   const due = await sql<{ name: string; vacuum: boolean; analyze: boolean }[]>`
     SELECT format('%I.%I', s.schemaname, s.relname) AS name,
-           (s.n_dead_tup > ${VACUUM_THRESHOLD}::float8 + ${VACUUM_SCALE}::float8 * s.n_live_tup
+           (s.n_dead_tup > least(${VACUUM_THRESHOLD}::float8 +
+                                 ${VACUUM_SCALE}::float8 * s.n_live_tup, ${DEAD_ROWS_CAP}::float8)
             OR (s.schemaname <> 'pg_toast' AND s.n_ins_since_vacuum >
                 ${INSERT_THRESHOLD}::float8 + ${INSERT_SCALE}::float8 * s.n_live_tup)
             OR age(c.relfrozenxid) > ${FREEZE_MAX_AGE}::int) AS vacuum,
@@ -75,12 +89,13 @@ export async function maintainEmbedded(
     if (signal?.aborted) break;
     // The name comes quoted from format('%I.%I'); VACUUM takes no parameters.
     if (table.vacuum) {
-      const options = table.analyze ? "PROCESS_TOAST FALSE, ANALYZE" : "PROCESS_TOAST FALSE";
-      await sql.unsafe(`VACUUM (${options}) ${table.name}`);
+      await sql.unsafe(`VACUUM (PROCESS_TOAST FALSE) ${table.name}`);
       run.vacuumed.push(table.name);
-    } else if (table.analyze) {
+    }
+    // A statement of its own, not VACUUM's ANALYZE option: requests get the session in between.
+    if (table.analyze && !signal?.aborted) {
       await sql.unsafe(`ANALYZE ${table.name}`);
-      run.analyzed.push(table.name);
+      if (!table.vacuum) run.analyzed.push(table.name);
     }
   }
   if (signal?.aborted) return run;

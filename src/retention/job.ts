@@ -1,6 +1,6 @@
 /**
  * A prune that runs by itself: once at boot, in the background, then on a schedule from
- * `Deno.cron`. Every replica runs it; the prunes delete with `SKIP LOCKED` and are idempotent,
+ * `Deno.cron`, or every few seconds where a minute is too coarse. Every replica runs it; the prunes delete with `SKIP LOCKED` and are idempotent,
  * so replicas running at once share the work. One run at a time in a process, and a run stops
  * between two batches at shutdown.
  */
@@ -8,7 +8,7 @@
 /** A scheduled prune, or the embedded engine's vacuum (src/app.ts). */
 export class PruneJob {
   #name: string;
-  #schedule: string;
+  #schedule: string | { everyMs: number };
   #prune: (signal: AbortSignal) => Promise<void>;
   #stop = new AbortController();
   #running: Promise<void> | null = null;
@@ -17,13 +17,20 @@ export class PruneJob {
    * `prune` deletes what is due, stops between batches when the signal aborts, and logs its own
    * outcome: a failure it lets through is swallowed here, so the next run tries again.
    */
-  constructor(name: string, schedule: string, prune: (signal: AbortSignal) => Promise<void>) {
+  constructor(
+    name: string,
+    schedule: string | { everyMs: number },
+    prune: (signal: AbortSignal) => Promise<void>,
+  ) {
     this.#name = name;
     this.#schedule = schedule;
     this.#prune = prune;
   }
 
-  /** Starts a run now and schedules the next ones (`schedule` is a cron expression, UTC). */
+  /**
+   * Starts a run now and schedules the next ones (`schedule` is a cron expression, UTC, or an
+   * interval; a run still under way when the next is due is joined, not doubled).
+   */
   start(): void {
     this.schedule();
     void this.run();
@@ -31,7 +38,13 @@ export class PruneJob {
 
   /** Schedules the runs, the first at the schedule's next time. */
   schedule(): void {
-    Deno.cron(this.#name, this.#schedule, { signal: this.#stop.signal }, () => this.run());
+    const schedule = this.#schedule;
+    if (typeof schedule === "string") {
+      Deno.cron(this.#name, schedule, { signal: this.#stop.signal }, () => this.run());
+      return;
+    }
+    const timer = setInterval(() => void this.run(), schedule.everyMs);
+    this.#stop.signal.addEventListener("abort", () => clearInterval(timer), { once: true });
   }
 
   /** Runs the prune now, or joins the run under way. */
