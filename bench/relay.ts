@@ -572,8 +572,8 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
       `${count(d.run.backlogAtStart)} -> ${count(d.run.backlogAtEnd)}`,
     ],
     ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
-    ["deliveries per second while draining", rate(d.drain.perSecond)],
-    ["draining / bare signed-POST loop", `${result.drainRatio.toFixed(2)}x`],
+    ["deliveries per second while draining", drainCell(d.drain.perSecond, 0)],
+    ["draining / bare signed-POST loop", drainCell(result.drainRatio, 2, "x")],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
     [
@@ -642,16 +642,31 @@ export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string 
     },
   ];
   const cell = (value: number, digits: number) =>
-    Number.isFinite(value) ? value.toFixed(digits) : "not within the wait";
+    Number.isNaN(value)
+      ? NO_BACKLOG
+      : Number.isFinite(value)
+      ? value.toFixed(digits)
+      : "not within the wait";
   const rows = results.map((r, i) => [
     String(i + 1),
     ...columns.map((c) => cell(c.of(r), c.digits)),
   ]);
   rows.push([
     "median",
-    ...columns.map((c) => cell(median(results.map(c.of)), c.digits)),
+    // Of the rounds that had a backlog to drain.
+    ...columns.map((c) =>
+      cell(median(results.map(c.of).filter((v) => !Number.isNaN(v))), c.digits)
+    ),
   ]);
   return formatTable([{ header: "round" }, ...columns.map((c) => ({ header: c.header }))], rows);
+}
+
+/** What a drain figure says when the deliveries kept pace and nothing was left to drain (NaN). */
+const NO_BACKLOG = "no backlog";
+
+/** A drain rate or ratio, or {@linkcode NO_BACKLOG}. */
+function drainCell(value: number, digits: number, unit = ""): string {
+  return Number.isNaN(value) ? NO_BACKLOG : `${value.toFixed(digits)}${unit}`;
 }
 
 /** The deliveries, the CPU and the log, one line each. */
