@@ -43,7 +43,7 @@ export const CHECKPOINT_WAL_BYTES = 64 * 1024 * 1024;
 
 /**
  * How often the service runs it: often enough that a busy queue's churn since the last run is a
- * few thousand rows (a vacuum of tens of milliseconds), not a minute's worth.
+ * few thousand rows, not a minute's worth (docs/architecture.md, "Vacuuming the embedded engine").
  */
 export const MAINTENANCE_INTERVAL_MS = 10_000;
 
