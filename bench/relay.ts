@@ -572,8 +572,8 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
       `${count(d.run.backlogAtStart)} -> ${count(d.run.backlogAtEnd)}`,
     ],
     ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
-    ["deliveries per second while draining", drainCell(d.drain.perSecond, 0)],
-    ["draining / bare signed-POST loop", drainCell(result.drainRatio, 2, "x")],
+    ["deliveries per second while draining", drainFigure(d.drain.perSecond, 0)],
+    ["draining / bare signed-POST loop", drainFigure(result.drainRatio, 2, "x")],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
     [
@@ -620,7 +620,13 @@ export async function runRelayRounds(
 
 /** Each round's goal figures, then their medians (each column's own median). */
 export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string {
-  const columns: { header: string; of: (r: RelayBenchmarkResult) => number; digits: number }[] = [
+  const columns: {
+    header: string;
+    of: (r: RelayBenchmarkResult) => number;
+    digits: number;
+    /** A drain figure: NaN when the round had nothing to drain. */
+    drain?: true;
+  }[] = [
     { header: "accepted/s", of: (r) => r.delivery.run.acceptedPerSecond, digits: 0 },
     {
       header: `raw ${engineName(results[0].settings.engine)} tps`,
@@ -629,9 +635,9 @@ export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string 
     },
     { header: "ingest ratio", of: (r) => r.ingestRatio, digits: 2 },
     { header: "delivered/s at full load", of: (r) => r.delivery.run.deliveredPerSecond, digits: 0 },
-    { header: "drain/s", of: (r) => r.delivery.drain.perSecond, digits: 0 },
+    { header: "drain/s", of: (r) => r.delivery.drain.perSecond, digits: 0, drain: true },
     { header: "signed-POST loop/s", of: (r) => r.postLoop.perSecond, digits: 0 },
-    { header: "drain ratio", of: (r) => r.drainRatio, digits: 2 },
+    { header: "drain ratio", of: (r) => r.drainRatio, digits: 2, drain: true },
     { header: "open loop/s", of: (r) => r.openLoop.rate, digits: 0 },
     { header: "receiver p99 ms", of: (r) => r.openLoop.receiverP99Ms, digits: 1 },
     { header: "receipt to delivery p99 ms", of: (r) => r.openLoop.lag.p99Ms, digits: 1 },
@@ -641,32 +647,30 @@ export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string 
       digits: 1,
     },
   ];
-  const cell = (value: number, digits: number) =>
-    Number.isNaN(value)
-      ? NO_BACKLOG
+  const cell = (value: number, column: typeof columns[number]) =>
+    column.drain
+      ? drainFigure(value, column.digits)
       : Number.isFinite(value)
-      ? value.toFixed(digits)
+      ? value.toFixed(column.digits)
       : "not within the wait";
   const rows = results.map((r, i) => [
     String(i + 1),
-    ...columns.map((c) => cell(c.of(r), c.digits)),
+    ...columns.map((c) => cell(c.of(r), c)),
   ]);
   rows.push([
     "median",
-    // Of the rounds that had a backlog to drain.
-    ...columns.map((c) =>
-      cell(median(results.map(c.of).filter((v) => !Number.isNaN(v))), c.digits)
-    ),
+    // A drain's median is of the rounds that had something to drain.
+    ...columns.map((c) => cell(median(results.map(c.of).filter((v) => !Number.isNaN(v))), c)),
   ]);
   return formatTable([{ header: "round" }, ...columns.map((c) => ({ header: c.header }))], rows);
 }
 
-/** What a drain figure says when the deliveries kept pace and nothing was left to drain (NaN). */
-const NO_BACKLOG = "no backlog";
-
-/** A drain rate or ratio, or {@linkcode NO_BACKLOG}. */
-function drainCell(value: number, digits: number, unit = ""): string {
-  return Number.isNaN(value) ? NO_BACKLOG : `${value.toFixed(digits)}${unit}`;
+/**
+ * A drain rate or ratio; "no backlog" for NaN, a round whose deliveries kept pace and left nothing
+ * to drain.
+ */
+function drainFigure(value: number, digits: number, unit = ""): string {
+  return Number.isNaN(value) ? "no backlog" : `${value.toFixed(digits)}${unit}`;
 }
 
 /** The deliveries, the CPU and the log, one line each. */
