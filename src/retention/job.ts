@@ -1,14 +1,17 @@
 /**
  * A prune that runs by itself: once at boot, in the background, then on a schedule from
- * `Deno.cron`, or every few seconds where a minute is too coarse. Every replica runs it; the prunes delete with `SKIP LOCKED` and are idempotent,
- * so replicas running at once share the work. One run at a time in a process, and a run stops
- * between two batches at shutdown.
+ * `Deno.cron`, or on an interval where a minute is too coarse. Every replica runs it; the prunes
+ * delete with `SKIP LOCKED` and are idempotent, so replicas running at once share the work. One
+ * run at a time in a process, and a run stops between two batches at shutdown.
  */
+
+/** A cron expression (UTC), or an interval for schedules finer than a minute. */
+export type PruneSchedule = string | { everyMs: number };
 
 /** A scheduled prune, or the embedded engine's vacuum (src/app.ts). */
 export class PruneJob {
   #name: string;
-  #schedule: string | { everyMs: number };
+  #schedule: PruneSchedule;
   #prune: (signal: AbortSignal) => Promise<void>;
   #stop = new AbortController();
   #running: Promise<void> | null = null;
@@ -19,7 +22,7 @@ export class PruneJob {
    */
   constructor(
     name: string,
-    schedule: string | { everyMs: number },
+    schedule: PruneSchedule,
     prune: (signal: AbortSignal) => Promise<void>,
   ) {
     this.#name = name;
@@ -28,8 +31,8 @@ export class PruneJob {
   }
 
   /**
-   * Starts a run now and schedules the next ones (`schedule` is a cron expression, UTC, or an
-   * interval; a run still under way when the next is due is joined, not doubled).
+   * Starts a run now and schedules the next ones (a run still under way when the next is due is
+   * joined, not doubled).
    */
   start(): void {
     this.schedule();
