@@ -235,6 +235,26 @@ Deno.test("a simulator chain verifies with its root configured, and the chain is
   }
 });
 
+Deno.test("a cached header still has its validity window and its signer checked", async () => {
+  const validTo = Date.now() + 3_600_000;
+  const { pki, signer, jws, verifier } = await signedWith({ leaf: { validTo } });
+  await verifier.verify(jws);
+  const [header] = jws.split(".");
+  // Same header, so the cached chain: signed after the leaf expired, it is refused all the same.
+  const late = await signer.signRaw({
+    ...signer.sampleTransaction(),
+    signedDate: validTo + 90_000,
+  });
+  assert.equal(late.split(".")[0], header);
+  await rejects(verifier, late, /not valid at signedDate/);
+  // Same header, signed by another key: the cached chain's leaf key decides, and refuses it.
+  const impostor = new StoreaSigner({ ...await createStoreaTestPki(), x5c: pki.x5c });
+  const forged = await impostor.signRaw(impostor.sampleTransaction());
+  assert.equal(forged.split(".")[0], header);
+  await rejects(verifier, forged, /signature does not verify/);
+  assert.equal(verifier.chainChecks, 1);
+});
+
 Deno.test("every broken chain is rejected with its reason", async () => {
   const cases: [StoreaTestPkiOptions, RegExp][] = [
     [{ leafMarker: false }, /leaf lacks Apple's App Store signing marker/],
@@ -264,6 +284,13 @@ Deno.test("a forged chain under a valid signature has its certificates checked o
   });
   for (let i = 0; i < 20; i++) {
     await rejects(verifier, forged.jws, /leaf is not signed by the intermediate/);
+  }
+  // Respelled headers around the same chain, each signed anew: still the one check.
+  for (let i = 0; i < 5; i++) {
+    const respelled = await forged.signer.signRaw(forged.signer.sampleTransaction(), {
+      kid: `${i}`,
+    });
+    await rejects(verifier, respelled, /leaf is not signed by the intermediate/);
   }
   assert.equal(verifier.chainChecks, 1);
   assert.equal(verifier.cachedChains, 0);

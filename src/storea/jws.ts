@@ -8,9 +8,11 @@
  * and each certificate are size-capped and decoded strictly (canonical base64, no whitespace, so
  * one certificate has one spelling), and the signature is checked with the leaf's key (one ES256
  * verification) before the chain is. Only then is the chain checked, once, and cached under the
- * SHA-256 of its decoded certificates, in a small LRU whose entries hold a key and two dates, not
- * the certificates. After that a JWS on the same chain costs one ES256 verification and a time
- * check against the chain's validity window. A JWS whose signature fails caches nothing.
+ * exact text of the protected header that carried it, in a small LRU whose entries hold a key and
+ * two dates, not the certificates. After that a JWS with the same header costs one ES256
+ * verification, the payload's decoding and a time check against the chain's validity window: its
+ * header is neither decoded nor hashed again, since the same text decodes to the same chain. A JWS
+ * whose signature fails caches nothing.
  *
  * Anyone can also make a leaf of their own, name Apple's intermediate as its issuer, and sign
  * with its key: the signature then verifies and the chain is checked. The chain's checks that need
@@ -50,7 +52,8 @@ const BASIC_CONSTRAINTS_OID = "2.5.29.19";
 const VALIDITY_TOLERANCE_MS = 60_000;
 /**
  * How many verified chains are remembered; Apple rotates its leaf about once a year. Each entry
- * is a digest, a key and two dates (well under 1 KB), so this bounds the cache's bytes too.
+ * is a header's text (Apple's are about 7 KB, MAX_HEADER_CHARS at most), a key and two dates, so
+ * this bounds the cache's bytes too: 1.5 MB at most.
  */
 export const CHAIN_CACHE_LIMIT = 32;
 /**
@@ -95,7 +98,10 @@ export class StoreaJwsVerifier {
   #roots: pkijs.Certificate[];
   #now: () => number;
   #engine: Es256Engine;
-  /** Verified chains by digest; insertion order is recency order (a hit moves to the end). */
+  /**
+   * Verified chains by the text of the header that carried them; insertion order is recency order
+   * (a hit moves to the end).
+   */
   #chains = new Map<string, VerifiedChain>();
   /** Chain checks in flight, shared by concurrent JWS whose signatures already verified. */
   #checking = new Map<string, Promise<VerifiedChain>>();
@@ -131,35 +137,18 @@ export class StoreaJwsVerifier {
     if (parts[0].length > MAX_HEADER_CHARS) {
       throw new JwsInvalidError(`the header is longer than ${MAX_HEADER_CHARS} characters`);
     }
-    const header = decodeSegment(parts[0], "header");
-    if (header.alg !== "ES256") throw new JwsInvalidError(`alg must be ES256, not ${header.alg}`);
-    const x5c = header.x5c;
-    if (!Array.isArray(x5c) || x5c.length !== 3 || !x5c.every((c) => typeof c === "string")) {
-      throw new JwsInvalidError("x5c must hold exactly 3 certificates");
-    }
-    const ders = x5c.map((text: string, i) => decodeCertificate(text, CERTIFICATE_ROLES[i]));
-    const digest = chainDigest(ders);
-
-    // The signature first: a chain is checked, and cached, only for a leaf that just signed.
-    const cached = this.#chains.get(digest);
+    const cached = this.#chains.get(parts[0]);
     recordCacheLookup("storea_chains", cached !== undefined);
-    let leaf: pkijs.Certificate | undefined;
-    let leafKey: Es256VerifyingKey;
+    let chain: VerifiedChain;
     if (cached) {
-      this.#chains.delete(digest);
-      this.#chains.set(digest, cached);
-      leafKey = cached.leafKey;
+      this.#chains.delete(parts[0]);
+      this.#chains.set(parts[0], cached);
+      await checkSignature(cached.leafKey, parts);
+      chain = cached;
     } else {
-      leaf = parseCertificate(ders[0], "leaf");
-      leafKey = await this.#leafKeyOf(leaf);
+      chain = await this.#verifyWithNewHeader(parts);
+      setBounded(this.#chains, parts[0], chain, CHAIN_CACHE_LIMIT);
     }
-    // ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`.
-    const signature = decodeBase64url(parts[2], "signature");
-    const signingInput = encoder.encode(`${parts[0]}.${parts[1]}`);
-    if (!await leafKey.verify(signature, signingInput)) {
-      throw new JwsInvalidError("signature does not verify");
-    }
-    const chain = cached ?? await this.#checkedChain(digest, ders, leaf!, leafKey);
 
     const payload = decodeSegment(parts[1], "payload");
     const signedAt = typeof payload.signedDate === "number" ? payload.signedDate : this.#now();
@@ -172,6 +161,24 @@ export class StoreaJwsVerifier {
     return payload;
   }
 
+  /**
+   * The signature and then the chain of a JWS whose header is not cached. The signature first: a
+   * chain is checked, and cached, only for a leaf that just signed.
+   */
+  async #verifyWithNewHeader(parts: string[]): Promise<VerifiedChain> {
+    const header = decodeSegment(parts[0], "header");
+    if (header.alg !== "ES256") throw new JwsInvalidError(`alg must be ES256, not ${header.alg}`);
+    const x5c = header.x5c;
+    if (!Array.isArray(x5c) || x5c.length !== 3 || !x5c.every((c) => typeof c === "string")) {
+      throw new JwsInvalidError("x5c must hold exactly 3 certificates");
+    }
+    const ders = x5c.map((text: string, i) => decodeCertificate(text, CERTIFICATE_ROLES[i]));
+    const leaf = parseCertificate(ders[0], "leaf");
+    const leafKey = await this.#leafKeyOf(leaf);
+    await checkSignature(leafKey, parts);
+    return await this.#checkedChain(chainDigest(ders), ders, leaf, leafKey);
+  }
+
   async #leafKeyOf(leaf: pkijs.Certificate): Promise<Es256VerifyingKey> {
     try {
       const spki = new Uint8Array(leaf.subjectPublicKeyInfo.toSchema().toBER(false));
@@ -181,7 +188,10 @@ export class StoreaJwsVerifier {
     }
   }
 
-  /** The chain checked now (or by a concurrent caller) and cached; failures are not cached. */
+  /**
+   * The chain checked now, or by a concurrent caller; a refusal is remembered by the chain's
+   * digest, since anyone can wrap their own chain in headers spelled anew.
+   */
   #checkedChain(
     digest: string,
     ders: Uint8Array[],
@@ -192,11 +202,7 @@ export class StoreaJwsVerifier {
     if (refused !== undefined) return Promise.reject(new JwsInvalidError(refused));
     let checking = this.#checking.get(digest);
     if (!checking) {
-      checking = this.#checkChain(ders, leaf, leafKey).then((chain) => {
-        // The least recently used chain goes first.
-        setBounded(this.#chains, digest, chain, CHAIN_CACHE_LIMIT);
-        return chain;
-      }, (error) => {
+      checking = this.#checkChain(ders, leaf, leafKey).catch((error) => {
         if (error instanceof JwsInvalidError) {
           setBounded(this.#refused, digest, error.message, REFUSED_CHAIN_LIMIT);
         }
@@ -316,6 +322,14 @@ function parseCertificate(der: Uint8Array, which: string): pkijs.Certificate {
     return pkijs.Certificate.fromBER(der as Uint8Array<ArrayBuffer>);
   } catch {
     throw new JwsInvalidError(`the ${which} certificate does not parse`);
+  }
+}
+
+/** ES256 (RFC 7518 3.4): a 64-byte r || s signature over the ASCII of `header.payload`. */
+async function checkSignature(key: Es256VerifyingKey, parts: string[]): Promise<void> {
+  const signature = decodeBase64url(parts[2], "signature");
+  if (!await key.verify(signature, encoder.encode(`${parts[0]}.${parts[1]}`))) {
+    throw new JwsInvalidError("signature does not verify");
   }
 }
 
