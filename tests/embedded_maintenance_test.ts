@@ -115,6 +115,31 @@ Deno.test({
 });
 
 Deno.test({
+  name: "embedded maintenance: an analyze samples 3,000 rows, not PostgreSQL's 30,000",
+  ignore: ENGINE !== "embedded",
+  async fn() {
+    // The sample, and the session's wait for it, follow default_statistics_target: 300 rows per
+    // unit, and up to that many + 1 histogram bounds per column.
+    const test = await freshDatabase();
+    const db = await connectTestDatabase(test);
+    try {
+      await db.sql`
+        INSERT INTO tenants (id, name)
+        SELECT 'live_' || g, 'Live' FROM generate_series(1, 20000) g`;
+      await flushStatistics(db.sql);
+      assert.ok((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"));
+      const [column] = await db.sql`
+        SELECT array_length(histogram_bounds, 1)::int AS bounds FROM pg_stats
+        WHERE tablename = 'tenants' AND attname = 'id'`;
+      assert.equal(column.bounds, 11);
+    } finally {
+      await db.close();
+      await test.drop();
+    }
+  },
+});
+
+Deno.test({
   name: "embedded maintenance: checkpoints, so the WAL stays bounded however much is written",
   ignore: ENGINE !== "embedded",
   async fn() {
