@@ -68,7 +68,7 @@ const TRANSACTION_IDLE_LIMIT_MS = 30_000;
  * The WAL kept after a checkpoint, as segments recycled for reuse, is at most `max_wal_size`: at
  * PostgreSQL's 1 GB, a checkpoint (embedded_maintenance.ts) freed none of the WAL a day had written.
  * An `ANALYZE` samples 300 rows per unit of `default_statistics_target`, and holds the one session
- * while it reads them: at PostgreSQL's 100, 30,000 rows, over 200 ms of a busy queue table once it
+ * while it reads them: at PostgreSQL's 100, 30,000 rows, about 200 ms of a busy queue table once it
  * held 100,000 rows, for every request waiting. At 10, 3,000 rows and about 30 ms, enough for the
  * queue's statements, which find their rows through indexes (docs/architecture.md, "Vacuuming the
  * embedded engine").
