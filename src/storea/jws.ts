@@ -137,18 +137,12 @@ export class StoreaJwsVerifier {
     if (parts[0].length > MAX_HEADER_CHARS) {
       throw new JwsInvalidError(`the header is longer than ${MAX_HEADER_CHARS} characters`);
     }
-    const cached = this.#chains.get(parts[0]);
-    recordCacheLookup("storea_chains", cached !== undefined);
-    let chain: VerifiedChain;
-    if (cached) {
-      this.#chains.delete(parts[0]);
-      this.#chains.set(parts[0], cached);
-      await checkSignature(cached.leafKey, parts);
-      chain = cached;
-    } else {
-      chain = await this.#verifyWithNewHeader(parts);
-      setBounded(this.#chains, parts[0], chain, CHAIN_CACHE_LIMIT);
-    }
+    let chain = this.#chains.get(parts[0]);
+    recordCacheLookup("storea_chains", chain !== undefined);
+    if (chain) await checkSignature(chain.leafKey, parts);
+    else chain = await this.#verifyWithNewHeader(parts);
+    // Newest last: the least recently used chain is the first dropped.
+    setBounded(this.#chains, parts[0], chain, CHAIN_CACHE_LIMIT);
 
     const payload = decodeSegment(parts[1], "payload");
     const signedAt = typeof payload.signedDate === "number" ? payload.signedDate : this.#now();
