@@ -28,6 +28,14 @@ async function churnTenants(sql: Sql, prefix: string, rows: number): Promise<voi
   await flushStatistics(sql);
 }
 
+/** Adds `rows` live tenants, and makes the statistics show them. */
+async function addLiveTenants(sql: Sql, rows: number): Promise<void> {
+  await sql`
+    INSERT INTO tenants (id, name)
+    SELECT 'live_' || g, 'Live' FROM generate_series(1, ${rows}::int) g`;
+  await flushStatistics(sql);
+}
+
 /**
  * Makes the statistics show what was written: they reach the shared counters when the session is
  * idle, at most once a second, unless a flush is forced before the next statement.
@@ -92,10 +100,7 @@ Deno.test({
       // 20,000 live rows: autovacuum's threshold would be 50 + 20% of them, 4,050 dead rows,
       // and the vacuum that finally ran would hold the one session for all of them.
       const live = 20_000;
-      await db.sql`
-        INSERT INTO tenants (id, name)
-        SELECT 'live_' || g, 'Live' FROM generate_series(1, ${live}::int) g`;
-      await flushStatistics(db.sql);
+      await addLiveTenants(db.sql, live);
       // The inserts make it due once (autovacuum's insert threshold); after that only dead rows can.
       assert.ok((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"));
       const dead = DEAD_ROWS_CAP + 500;
@@ -123,10 +128,7 @@ Deno.test({
     const test = await freshDatabase();
     const db = await connectTestDatabase(test);
     try {
-      await db.sql`
-        INSERT INTO tenants (id, name)
-        SELECT 'live_' || g, 'Live' FROM generate_series(1, 20000) g`;
-      await flushStatistics(db.sql);
+      await addLiveTenants(db.sql, 20_000);
       assert.ok((await maintainEmbedded(db.sql)).vacuumed.includes("public.tenants"));
       const [column] = await db.sql`
         SELECT array_length(histogram_bounds, 1)::int AS bounds FROM pg_stats
