@@ -4,10 +4,9 @@
  * (100) and at the engine's (10, `ENGINE_SETTINGS` in src/db/embedded.ts). Every request waits for
  * such a statement (docs/architecture.md, "Vacuuming the embedded engine").
  *
- * The table is `deliveries` as the migrations leave it (columns, key, unique event id and the three
- * indexes of migrations 0003 and 0004; no foreign keys, so no events are needed), in a fresh PGlite
- * with the engine's memory and WAL settings. It is filled with `rows` delivered deliveries, frozen
- * and analyzed; then each of three rounds inserts 2,700 deliveries (about 10 s of the relay
+ * The table is `deliveries`, in a fresh PGlite with the engine's settings and the service's
+ * migrations. It is filled with `rows` delivered deliveries (each with its event, of one tenant),
+ * frozen and analyzed; then each of three rounds inserts 2,700 deliveries (about 10 s of the relay
  * benchmark's open loop), marks them delivered as the dispatcher's record does, and times a
  * `VACUUM (PROCESS_TOAST FALSE)` as the maintenance runs it, then an `ANALYZE` at each target.
  *
@@ -16,26 +15,11 @@
  */
 import { parseArgs } from "node:util";
 import { PGlite } from "@electric-sql/pglite";
+import { ENGINE_SETTINGS } from "../src/db/embedded.ts";
+import { readMigrations } from "../src/db/migrate.ts";
 
 const CHURN = 2_700;
 const ROUNDS = 3;
-
-const DDL = `
-CREATE TABLE deliveries (
-  id text PRIMARY KEY, event_id text NOT NULL UNIQUE, tenant_id text NOT NULL,
-  status text NOT NULL CHECK (status IN ('pending', 'delivered', 'failed')),
-  attempts integer NOT NULL DEFAULT 0, next_attempt_at timestamptz, lease_owner text,
-  lease_expires_at timestamptz, last_attempt_at timestamptz, last_response_code integer,
-  last_response_body text, last_error text, delivered_at timestamptz,
-  created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now());
-CREATE INDEX deliveries_tenant ON deliveries (tenant_id, status, created_at);
-CREATE INDEX deliveries_tenant_due ON deliveries (tenant_id, next_attempt_at, id)
-  WHERE status = 'pending';
-CREATE INDEX deliveries_tenant_leased ON deliveries (tenant_id, lease_expires_at)
-  WHERE lease_expires_at IS NOT NULL;`;
-
-/** The engine's settings that shape memory and WAL; the statistics target is set per statement. */
-const SETTINGS = ["shared_buffers=2MB", "max_connections=4", "max_wal_size=96MB"];
 
 /** Milliseconds of each statement in each round, by table size. */
 interface SizeResult {
@@ -49,19 +33,30 @@ interface SizeResult {
 async function measure(rows: number): Promise<SizeResult> {
   const dir = await Deno.makeTempDir({ prefix: "purchase-relay-bench-analyze-" });
   const db = await PGlite.create(dir, {
-    startParams: [...PGlite.defaultStartParams, ...SETTINGS.flatMap((s) => ["-c", s])],
+    startParams: [
+      ...PGlite.defaultStartParams,
+      ...Object.entries(ENGINE_SETTINGS).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
+    ],
   });
   try {
-    await db.exec(DDL);
+    for (const migration of await readMigrations()) await db.exec(migration.sql);
+    await db.exec("INSERT INTO tenants (id, name) VALUES ('ten_bench', 'Bench')");
     let next = 0;
     // Inserted pending and leased, as a receiver hands them over, then recorded delivered.
     const deliver = async (count: number) => {
       const from = next;
       next += count;
       await db.query(
+        `INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload)
+         SELECT 'evt_' || lpad(g::text, 12, '0'), 'ten_bench', 'storea', 'ext_' || g,
+                'subscription.renewed', 'DID_RENEW', '{}'
+         FROM generate_series($1::int, $2::int) g`,
+        [from, next - 1],
+      );
+      await db.query(
         `INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, lease_owner,
                                  lease_expires_at)
-         SELECT 'dlv_' || lpad(g::text, 12, '0'), 'evt_' || md5(g::text), 'ten_bench', 'pending',
+         SELECT 'dlv_' || lpad(g::text, 12, '0'), 'evt_' || lpad(g::text, 12, '0'), 'ten_bench', 'pending',
                 now(), 'bench', now() + interval '25 s'
          FROM generate_series($1::int, $2::int) g`,
         [from, next - 1],

@@ -67,13 +67,12 @@ const TRANSACTION_IDLE_LIMIT_MS = 30_000;
  * reads (docs/benchmarks.md, "The embedded engine"). Neither changes what a commit survives.
  * The WAL kept after a checkpoint, as segments recycled for reuse, is at most `max_wal_size`: at
  * PostgreSQL's 1 GB, a checkpoint (embedded_maintenance.ts) freed none of the WAL a day had written.
- * An `ANALYZE` samples 300 rows per unit of `default_statistics_target`, and holds the one session
- * while it reads them: at PostgreSQL's 100, 30,000 rows, about 200 ms of a busy queue table once it
- * held 100,000 rows, for every request waiting. At 10, 3,000 rows and about 30 ms, enough for the
- * queue's statements, which find their rows through indexes (docs/architecture.md, "Vacuuming the
- * embedded engine").
+ * An `ANALYZE` samples 300 rows per unit of `default_statistics_target` and holds the one session
+ * while it reads them, every request waiting: 30,000 rows at PostgreSQL's 100, 3,000 at 10, enough
+ * for the queue's statements, which find their rows through indexes (docs/architecture.md,
+ * "Vacuuming the embedded engine").
  */
-const ENGINE_SETTINGS: Record<string, string> = {
+export const ENGINE_SETTINGS: Record<string, string> = {
   shared_buffers: "2MB",
   max_connections: "4",
   max_wal_size: "96MB",
