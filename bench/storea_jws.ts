@@ -31,8 +31,7 @@
 import { parseArgs } from "node:util";
 import { Buffer } from "node:buffer";
 import { X509Certificate } from "node:crypto";
-import { StoreaJwsVerifier } from "../src/storea/jws.ts";
-import { decodeUtf8Strict } from "../src/json.ts";
+import { decodeSegment, StoreaJwsVerifier } from "../src/storea/jws.ts";
 import { type Es256Engine, importEs256Key, selectEs256Engine } from "../src/crypto/es256.ts";
 import { formatTable, type Progress, ROOT, writeProgress } from "./support.ts";
 
@@ -426,16 +425,14 @@ async function es256Micros(jws: string, count: number, engine: Es256Engine): Pro
 }
 
 /**
- * The payload decoded as src/storea/jws.ts decodes it; a JWS whose header is cached has nothing
- * else decoded.
+ * The payload decoded by src/storea/jws.ts's own `decodeSegment`; a JWS whose header is cached has
+ * nothing else decoded.
  */
 function decodeMicros(jws: string, count: number): number {
   const [, payload] = jws.split(".");
-  const decodeAsJwsTs = (text: string) =>
-    JSON.parse(decodeUtf8Strict(Uint8Array.fromBase64(text, { alphabet: "base64url" })));
-  for (let i = 0; i < 50; i++) decodeAsJwsTs(payload);
+  for (let i = 0; i < 50; i++) decodeSegment(payload, "payload");
   const started = performance.now();
-  for (let i = 0; i < count; i++) decodeAsJwsTs(payload);
+  for (let i = 0; i < count; i++) decodeSegment(payload, "payload");
   return ((performance.now() - started) / count) * 1000;
 }
 

@@ -327,7 +327,8 @@ async function checkSignature(key: Es256VerifyingKey, parts: string[]): Promise<
   }
 }
 
-function decodeSegment(segment: string, which: string): Record<string, unknown> {
+/** A JWS segment's JSON object: base64url, strict UTF-8, JSON (exported for bench/storea_jws.ts). */
+export function decodeSegment(segment: string, which: string): Record<string, unknown> {
   let value: unknown;
   try {
     value = JSON.parse(decodeUtf8Strict(decodeBase64url(segment, which)));
