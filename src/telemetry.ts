@@ -9,9 +9,10 @@
  *
  * Nothing secret reaches telemetry: attributes are ids (tenant, event, delivery), store names,
  * event names, outcome codes and HTTP statuses, never a token, a key, a purchase token, a
- * transaction id or a callback URL. Deno's own spans of `fetch`, `node:http` and `Deno.serve`
- * record the request's URL, which for the store B API holds the purchase token and for a
- * tenant's callback may hold a secret: {@linkcode redactRuntimeUrls} rewrites those attributes.
+ * transaction id or a callback URL. Deno's own spans of `fetch` and `Deno.serve` record the
+ * request's URL, which for the store B API holds the purchase token: {@linkcode redactRuntimeUrls}
+ * rewrites those attributes, and the callback client's own span ({@linkcode withClientSpan})
+ * records a callback's URL redacted the same way, since its path or query may hold a secret.
  * @module
  */
 import {
@@ -20,6 +21,7 @@ import {
   type Histogram,
   metrics,
   type Span,
+  SpanKind,
   SpanStatusCode,
   trace,
 } from "@opentelemetry/api";
@@ -216,6 +218,47 @@ export function withSpan<T>(
   });
 }
 
+/**
+ * A client span for an HTTP request the service sends over its own client (the callbacks'), as
+ * Deno makes one for each `fetch`: named after the method, its URL redacted as Deno's are, with the
+ * answer's status; and the W3C `traceparent` header that continues the trace at the server, which
+ * `fn` sends. `fn` is called directly, with no header, when telemetry is off.
+ */
+export function withClientSpan<T extends { status: number }>(
+  method: string,
+  url: URL,
+  fn: (traceHeaders: Record<string, string>) => Promise<T>,
+): Promise<T> {
+  if (!telemetryEnabled) return fn({});
+  return tracer.startActiveSpan(method, {
+    kind: SpanKind.CLIENT,
+    attributes: {
+      "http.request.method": method,
+      "url.full": redactedUrl(url.href),
+      "server.address": url.hostname,
+      "server.port": Number(url.port || (url.protocol === "https:" ? 443 : 80)),
+    },
+  }, async (span) => {
+    const { traceId, spanId, traceFlags } = span.spanContext();
+    const traceparent = `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, "0")}`;
+    try {
+      const answer = await fn({ traceparent });
+      span.setAttribute("http.response.status_code", answer.status);
+      if (answer.status >= 500) {
+        span.setStatus({ code: SpanStatusCode.ERROR });
+        span.setAttribute("error.type", String(answer.status));
+      }
+      return answer;
+    } catch (error) {
+      span.setStatus({ code: SpanStatusCode.ERROR });
+      span.setAttribute("error.type", error instanceof Error ? error.constructor.name : "thrown");
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
 /** The ids to put on a log line, when a span is active. */
 export function traceFields(): { trace_id: string; span_id: string } | null {
   if (!telemetryEnabled) return null;
@@ -229,8 +272,7 @@ export function traceFields(): { trace_id: string; span_id: string } | null {
 let ownPath: (path: string) => boolean = () => false;
 
 /**
- * Rewrites the URL attributes that Deno's instrumentation of `fetch`, `node:http` and
- * `Deno.serve` sets: `url.query` is dropped, and a path is kept only when it is one of the
+ * Rewrites the URL attributes that Deno's instrumentation of `fetch` and `Deno.serve` sets: `url.query` is dropped, and a path is kept only when it is one of the
  * service's own routes (`isOwnPath`); any other (a store API's, a tenant's callback) becomes
  * `/[redacted]`. Deno offers no hook for its spans' attributes, so this wraps `setAttribute` of
  * its span class, which its instrumentation calls.

@@ -297,10 +297,17 @@ Deno.test("telemetry: spans, metrics and log ids reach an OTLP receiver, secrets
     });
     assert.ok(record);
     assert.equal(record.parentSpanId, attempt.spanId);
-    // The callback request under the attempt: its URL keeps neither the secret path nor query.
-    const callback = spans.find((s) => s.parentSpanId === attempt.spanId && s.scope === "deno");
-    assert.ok(callback, "no node:http span under the attempt");
+    // The callback request under the attempt: its URL keeps neither the secret path nor query,
+    // and the callback was sent the trace to continue, with this span as the parent.
+    const callback = spans.find((s) => s.parentSpanId === attempt.spanId && s.name === "POST");
+    assert.ok(callback, "no client span under the attempt");
     assert.match(String(callback.attrs["url.full"]), /^http:\/\/127\.0\.0\.1:\d+\/\[redacted\]$/);
+    assert.equal(callback.attrs["http.response.status_code"], 200);
+    assert.equal(callback.traceId, attempt.traceId);
+    assert.match(
+      receiver.deliveries[0].headers.traceparent ?? "",
+      new RegExp(`^00-${attempt.traceId}-${callback.spanId}-0[01]$`),
+    );
 
     // Metrics.
     assert.ok(hasPoint(points, "purchase_relay.http.requests", {

@@ -1,24 +1,20 @@
 /**
- * POSTs to a checked callback over a connection to one of its checked addresses. `node:http(s)`
- * with a `lookup` that answers those addresses: the host name is never resolved again, while TLS
- * still sends it as SNI and verifies the certificate against it, and `Host` carries it. Redirects
- * are not followed; only the first `bodyLimit` bytes of the answer are read.
+ * POSTs to a checked callback over a connection to one of its checked addresses: HTTP/1.1 written
+ * over the runtime's own TCP and TLS (`Deno.connect`, `Deno.startTls`). The host name is never
+ * resolved again, while TLS still sends it as SNI and verifies the certificate against it, and
+ * `Host` carries it. Redirects are not followed; only the first `bodyLimit` bytes of the answer
+ * are read, and a connection whose answer was not read to its end is closed rather than kept.
  *
- * `fetch` cannot do this: it resolves the name itself, and its `tcp` proxy transport connects to
- * a fixed address but then speaks plain HTTP to an https URL.
+ * Hand-written, not `node:http(s)` or `fetch` (docs/architecture.md, "Why it is built this way"):
+ * `fetch` resolves the name itself and cannot be pinned to an address over TLS, and in this runtime
+ * `node:http`, like undici, costs twice the CPU per POST of the few steps a delivery needs.
  */
-import http from "node:http";
-import https from "node:https";
-import type { LookupFunction } from "node:net";
-import { Buffer } from "node:buffer";
-import type { CheckedCallback } from "./callback_target.ts";
-import { parseIpAddress } from "./special_addresses.ts";
-import { untilAborted } from "../abort.ts";
+import { RelayError } from "../errors.ts";
 
 /**
  * How long a connection to a callback is kept open, idle, for the next attempt. A callback that
- * closes it sooner costs nothing: the runtime sends again on a new connection a request whose
- * kept connection turns out closed.
+ * closes it sooner costs nothing: an attempt whose kept connection turns out closed before any
+ * byte of an answer is sent again on a new connection.
  */
 const IDLE_CONNECTION_MS = 30_000;
 /**
@@ -26,9 +22,19 @@ const IDLE_CONNECTION_MS = 30_000;
  * default concurrency (64), so that a burst's connections all serve the next one.
  */
 const IDLE_CONNECTIONS_PER_TARGET = 256;
+/** The most bytes of status line and headers read before the answer is refused. */
+const MAX_HEAD_BYTES = 64 * 1024;
+/** The most bytes of one chunk-size line (with extensions) of a chunked body. */
+const MAX_CHUNK_LINE_BYTES = 4 * 1024;
+/** Bytes asked of the socket at a time. */
+const READ_BYTES = 16 * 1024;
 
 /** Statuses whose answer has no body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = [101, 103, 204, 205, 304];
+
+const encoder = new TextEncoder();
+const latin1 = new TextDecoder("latin1");
+const utf8 = new TextDecoder();
 
 /** What comes back from a callback. */
 export interface CallbackAnswer {
@@ -41,10 +47,29 @@ export interface CallbackAnswer {
 /** One POST. */
 export interface CallbackPost {
   headers: Record<string, string>;
-  body: string;
+  /** The body, as sent: its bytes, or text sent as UTF-8. */
+  body: string | Uint8Array;
   bodyLimit: number;
   /** The attempt's deadline: connecting, sending and reading the answer. */
   signal: AbortSignal;
+}
+
+/** Where to POST: what the send-time check passed (src/delivery/callback_target.ts). */
+export interface PostTarget {
+  url: URL;
+  /** The host name (or address) of the URL, without brackets: for TLS and the `Host` header. */
+  host: string;
+  /** The addresses to connect to, in order; null to let the runtime resolve `host`. */
+  addresses: string[] | null;
+}
+
+/** An open connection to a callback, and where it leads. */
+interface Connection {
+  conn: Deno.Conn;
+  /** The target it was opened for: host, port, protocol and checked addresses. */
+  key: string;
+  /** Cancels its idle timer, while it is kept idle. */
+  stopIdleTimer: (() => void) | null;
 }
 
 /**
@@ -54,136 +79,442 @@ export interface CallbackPost {
  * port). Without one, each attempt has its own connection, closed after it.
  */
 export class CallbackConnections {
-  #http = new PinnedHttpAgent(agentOptions());
-  #https = new PinnedHttpsAgent(agentOptions());
+  #idle = new Map<string, Connection[]>();
+  #open = new Set<Connection>();
+  #closed = false;
 
-  /** The agent for a URL's protocol. */
-  agentFor(protocol: string): http.Agent {
-    return protocol === "https:" ? this.#https : this.#http;
+  /** An idle connection to `key`, the most recently used, or null. */
+  take(key: string): Connection | null {
+    const idle = this.#idle.get(key);
+    const connection = idle?.pop() ?? null;
+    if (idle?.length === 0) this.#idle.delete(key);
+    connection?.stopIdleTimer?.();
+    if (connection !== null) connection.stopIdleTimer = null;
+    return connection;
   }
 
-  /** Closes every connection, idle or not. */
+  /** Counts `connection` as open, so that {@linkcode close} ends it. */
+  opened(connection: Connection): void {
+    if (this.#closed) {
+      closeQuietly(connection.conn);
+      throw new Deno.errors.Interrupted("the dispatcher is stopping");
+    }
+    this.#open.add(connection);
+  }
+
+  /** Keeps `connection` for the next attempt to the same target, or closes it when full. */
+  keep(connection: Connection): void {
+    const idle = this.#idle.get(connection.key) ?? [];
+    if (this.#closed || idle.length >= IDLE_CONNECTIONS_PER_TARGET) {
+      this.discard(connection);
+      return;
+    }
+    idle.push(connection);
+    this.#idle.set(connection.key, idle);
+    const timer = setTimeout(() => {
+      const list = this.#idle.get(connection.key);
+      const at = list?.indexOf(connection) ?? -1;
+      if (at >= 0) list!.splice(at, 1);
+      if (list?.length === 0) this.#idle.delete(connection.key);
+      this.discard(connection);
+    }, IDLE_CONNECTION_MS);
+    // An idle connection does not keep the process running.
+    Deno.unrefTimer(timer);
+    connection.stopIdleTimer = () => clearTimeout(timer);
+  }
+
+  /** Closes `connection` and forgets it. */
+  discard(connection: Connection): void {
+    this.#open.delete(connection);
+    closeQuietly(connection.conn);
+  }
+
+  /** Closes every connection, idle or not; attempts in flight on them fail. */
   close(): void {
-    this.#http.destroy();
-    this.#https.destroy();
-  }
-}
-
-function agentOptions(): http.AgentOptions {
-  return {
-    keepAlive: true,
-    maxFreeSockets: IDLE_CONNECTIONS_PER_TARGET,
-    // Applies to idle sockets (they are closed); an attempt in flight has its own deadline.
-    timeout: IDLE_CONNECTION_MS,
-  };
-}
-
-/** The request options this module adds: the checked addresses, part of the pool's key. */
-interface PinnedOptions {
-  pinnedAddresses?: string;
-}
-
-class PinnedHttpAgent extends http.Agent {
-  override getName(options: http.ClientRequestArgs & PinnedOptions = {}): string {
-    return `${super.getName(options)}:${options.pinnedAddresses ?? ""}`;
-  }
-}
-
-class PinnedHttpsAgent extends https.Agent {
-  override getName(options: https.RequestOptions & PinnedOptions = {}): string {
-    return `${super.getName(options)}:${options.pinnedAddresses ?? ""}`;
+    this.#closed = true;
+    for (const idle of this.#idle.values()) {
+      for (const connection of idle) connection.stopIdleTimer?.();
+    }
+    this.#idle.clear();
+    for (const connection of this.#open) closeQuietly(connection.conn);
+    this.#open.clear();
   }
 }
 
 /**
  * POSTs `post` to `target`, connecting only to `target.addresses` when it has them. Rejects on a
- * network error or when `post.signal` aborts before the status line arrived.
+ * network error or when `post.signal` aborts before the status line arrived; after it, the answer
+ * is returned with a null `bodyPrefix`.
  */
 export async function postToCallback(
-  target: CheckedCallback,
+  target: PostTarget,
   post: CallbackPost,
   connections?: CallbackConnections,
 ): Promise<CallbackAnswer> {
-  const { url, host } = target;
-  const secure = url.protocol === "https:";
-  const body = Buffer.from(post.body);
-  const options: https.RequestOptions & PinnedOptions = {
-    host,
-    port: url.port === "" ? (secure ? 443 : 80) : Number(url.port),
-    path: `${url.pathname}${url.search}`,
-    method: "POST",
-    headers: { ...post.headers, host: url.host, "content-length": String(body.length) },
-    agent: connections?.agentFor(url.protocol) ?? false,
-    signal: post.signal,
-  };
-  if (target.addresses !== null) {
-    options.lookup = pinnedLookup(target.addresses);
-    options.pinnedAddresses = [...target.addresses].sort().join(",");
+  const request = requestBytes(target, post);
+  const key = targetKey(target);
+  const kept = connections?.take(key) ?? null;
+  if (kept !== null) {
+    const answer = await exchange(kept, request, post, connections, true);
+    if (answer !== null) return answer;
+    // A kept connection the callback closed while it was idle: nothing of an answer came, so the
+    // request is sent again on a new connection.
   }
-  const request = (secure ? https : http).request(options);
-  const response = await untilAborted(
-    new Promise<http.IncomingMessage>((resolve, reject) => {
-      request.once("response", resolve);
-      request.once("error", reject);
-      request.end(body);
-    }),
-    post.signal,
-  ).catch((error) => {
-    request.destroy();
-    throw error;
-  });
-  const status = response.statusCode ?? 0;
-  const retryAfter = response.headers["retry-after"];
-  const bodyPrefix = await readPrefix(response, post.bodyLimit, post.signal);
-  return {
-    status,
-    retryAfter: typeof retryAfter === "string" ? retryAfter : null,
-    // As fetch has it: these statuses have no body.
-    bodyPrefix: NULL_BODY_STATUSES.includes(status) ? null : bodyPrefix,
-  };
+  const conn = await connect(target, post.signal);
+  const connection: Connection = { conn, key, stopIdleTimer: null };
+  connections?.opened(connection);
+  return (await exchange(connection, request, post, connections, false))!;
 }
 
-/** A `lookup` that answers the checked addresses and nothing else, whatever the name. */
-function pinnedLookup(addresses: string[]): LookupFunction {
-  const entries = addresses.map((address) => ({
-    address,
-    family: parseIpAddress(address)!.length === 4 ? 4 : 6,
-  }));
-  return ((
-    _hostname: string,
-    options: { all?: boolean },
-    callback: (...args: unknown[]) => void,
-  ) => {
-    if (options?.all) callback(null, entries);
-    else callback(null, entries[0].address, entries[0].family);
-  }) as LookupFunction;
+/** The pool key: protocol, host, port and the checked addresses, in a canonical order. */
+function targetKey(target: PostTarget): string {
+  const addresses = target.addresses === null ? "" : [...target.addresses].sort().join(",");
+  return `${target.url.protocol}//${target.host}:${portOf(target.url)}|${addresses}`;
+}
+
+function portOf(url: URL): number {
+  return url.port === "" ? (url.protocol === "https:" ? 443 : 80) : Number(url.port);
+}
+
+/** The request line, headers and body, as one buffer to write. */
+function requestBytes(target: PostTarget, post: CallbackPost): Uint8Array {
+  const body = typeof post.body === "string" ? encoder.encode(post.body) : post.body;
+  let head = `POST ${target.url.pathname}${target.url.search} HTTP/1.1\r\n` +
+    `host: ${target.url.host}\r\n`;
+  for (const [name, value] of Object.entries(post.headers)) {
+    // A header split across lines would let a value write headers of its own.
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name) || /[\r\n\0]/.test(value)) {
+      throw new TypeError(`invalid request header ${JSON.stringify(name)}`);
+    }
+    head += `${name}: ${value}\r\n`;
+  }
+  head += `content-length: ${body.length}\r\n\r\n`;
+  const bytes = new Uint8Array(head.length + body.length);
+  // Every character of the head is ASCII here: the checks above and the URL's own encoding.
+  encoder.encodeInto(head, bytes);
+  bytes.set(body, head.length);
+  return bytes;
 }
 
 /**
- * The first `limit` bytes of the body as text; the rest is not read, and a connection whose body
- * was not read to its end is closed rather than kept. Null when the body was cut short (a reset,
- * or the deadline): the status still counts.
+ * Opens a connection to the first of the checked addresses that accepts one (or to the host, when
+ * nothing was checked), then TLS for https, naming the host.
  */
-async function readPrefix(
-  response: http.IncomingMessage,
-  limit: number,
-  signal: AbortSignal,
-): Promise<string | null> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const onAbort = () => response.destroy();
-  signal.addEventListener("abort", onAbort, { once: true });
-  try {
-    for await (const chunk of response) {
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size >= limit) break; // leaving the loop destroys the response and its connection
+async function connect(target: PostTarget, signal: AbortSignal): Promise<Deno.Conn> {
+  const port = portOf(target.url);
+  const candidates = target.addresses ?? [target.host];
+  let lastError: unknown = null;
+  for (const hostname of candidates) {
+    signal.throwIfAborted();
+    let tcp: Deno.TcpConn;
+    try {
+      tcp = await Deno.connect({ hostname, port, signal });
+    } catch (error) {
+      lastError = error;
+      continue;
     }
-    if (signal.aborted) return null;
-    return Buffer.concat(chunks).subarray(0, limit).toString("utf8");
-  } catch {
-    return null;
+    tcp.setNoDelay(true);
+    if (target.url.protocol !== "https:") return tcp;
+    const tls = await Deno.startTls(tcp, { hostname: target.host });
+    // The handshake runs under the attempt's deadline like everything else.
+    const onAbort = () => closeQuietly(tls);
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      await tls.handshake();
+    } catch (error) {
+      closeQuietly(tls);
+      throw error;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+    return tls;
+  }
+  throw lastError;
+}
+
+/**
+ * Writes the request and reads the answer on `connection`, which it keeps for the next attempt
+ * when the answer was read whole and the callback did not ask to close it, and closes otherwise.
+ * On a connection that was `kept` idle, a failure before any byte of an answer resolves to null:
+ * the callback closed it meanwhile, and the request can be sent again on a new one.
+ */
+async function exchange(
+  connection: Connection,
+  request: Uint8Array,
+  post: CallbackPost,
+  connections: CallbackConnections | undefined,
+  kept: boolean,
+): Promise<CallbackAnswer | null> {
+  const reader = new AnswerReader(connection.conn);
+  const onAbort = () => closeQuietly(connection.conn);
+  post.signal.addEventListener("abort", onAbort, { once: true });
+  let reusable = false;
+  try {
+    await writeAll(connection.conn, request);
+    const head = await reader.head();
+    const prefix = await reader.bodyPrefix(head, post.bodyLimit).catch(() => null);
+    reusable = prefix !== null && prefix.whole && head.keepAlive && reader.buffered === 0 &&
+      !post.signal.aborted;
+    const bodyPrefix = prefix === null || post.signal.aborted ? null : utf8.decode(prefix.bytes);
+    return {
+      status: head.status,
+      retryAfter: head.retryAfter,
+      // As fetch has it: these statuses have no body.
+      bodyPrefix: NULL_BODY_STATUSES.includes(head.status) ? null : bodyPrefix,
+    };
+  } catch (error) {
+    if (post.signal.aborted) throw post.signal.reason;
+    if (kept && !reader.received) return null;
+    throw error;
   } finally {
-    signal.removeEventListener("abort", onAbort);
+    post.signal.removeEventListener("abort", onAbort);
+    if (reusable && connections !== undefined) connections.keep(connection);
+    else if (connections !== undefined) connections.discard(connection);
+    else closeQuietly(connection.conn);
+  }
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let written = 0;
+  while (written < bytes.length) written += await conn.write(bytes.subarray(written));
+}
+
+/** The status line and the headers the sender reads. */
+interface AnswerHead {
+  status: number;
+  retryAfter: string | null;
+  /** A body of this many bytes; null when it is chunked or ends with the connection. */
+  contentLength: number | null;
+  chunked: boolean;
+  /** The callback lets the connection be used again. */
+  keepAlive: boolean;
+}
+
+/** Reads one HTTP/1.1 answer from a connection, never more than it needs. */
+class AnswerReader {
+  #conn: Deno.Conn;
+  #buffer = new Uint8Array(READ_BYTES);
+  #start = 0;
+  #end = 0;
+  /** Bytes were received on this connection for this answer. */
+  #received = false;
+  /** Bytes of lines consumed so far, to bound a head. */
+  #consumed = 0;
+
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
+  }
+
+  /** Whether any byte of an answer arrived. */
+  get received(): boolean {
+    return this.#received;
+  }
+
+  /** Bytes read from the socket and not yet consumed. */
+  get buffered(): number {
+    return this.#end - this.#start;
+  }
+
+  /** Reads more from the socket; false at its end. */
+  async #fill(): Promise<boolean> {
+    if (this.#start > 0 && this.#start === this.#end) this.#start = this.#end = 0;
+    if (this.#end === this.#buffer.length) {
+      const grown = new Uint8Array(
+        this.buffered * 2 > this.#buffer.length ? this.#buffer.length * 2 : this.#buffer.length,
+      );
+      grown.set(this.#buffer.subarray(this.#start, this.#end));
+      this.#end -= this.#start;
+      this.#start = 0;
+      this.#buffer = grown;
+    }
+    const n = await this.#conn.read(this.#buffer.subarray(this.#end));
+    if (n === null) return false;
+    this.#received = true;
+    this.#end += n;
+    return true;
+  }
+
+  /** The index just past the next CRLF (or LF) at or after `from`, or -1. */
+  #lineEnd(from: number): number {
+    const at = this.#buffer.subarray(from, this.#end).indexOf(10);
+    return at === -1 ? -1 : from + at + 1;
+  }
+
+  /** The next line without its CRLF, once it is whole; null at the end of the stream. */
+  async #line(limit: number): Promise<string | null> {
+    while (true) {
+      const end = this.#lineEnd(this.#start);
+      if (end !== -1) {
+        const line = latin1.decode(this.#buffer.subarray(this.#start, end)).replace(/\r?\n$/, "");
+        this.#consumed += end - this.#start;
+        this.#start = end;
+        return line;
+      }
+      if (this.buffered >= limit) throw new CallbackAnswerError("a line is too long");
+      if (!await this.#fill()) return null;
+    }
+  }
+
+  /** The final answer's head; interim (1xx) answers are skipped, their bytes counted. */
+  async head(): Promise<AnswerHead> {
+    const start = this.#consumed;
+    const nextLine = async () => {
+      const line = await this.#line(MAX_HEAD_BYTES);
+      if (this.#consumed - start > MAX_HEAD_BYTES) {
+        throw new CallbackAnswerError("the answer's headers are too large");
+      }
+      return line;
+    };
+    while (true) {
+      const statusLine = await nextLine();
+      if (statusLine === null) {
+        throw new CallbackAnswerError(
+          this.#received
+            ? "the callback closed the connection mid-answer"
+            : "the callback closed the connection without answering",
+        );
+      }
+      const match = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: |$)/.exec(statusLine);
+      if (match === null) throw new CallbackAnswerError("the answer is not HTTP/1.x");
+      const status = Number(match[2]);
+      const fields = new Map<string, string[]>();
+      while (true) {
+        const line = await nextLine();
+        if (line === null) {
+          throw new CallbackAnswerError("the callback closed the connection mid-answer");
+        }
+        if (line === "") break;
+        const colon = line.indexOf(":");
+        if (colon <= 0) throw new CallbackAnswerError("a header line has no name");
+        const name = line.slice(0, colon).trim().toLowerCase();
+        fields.set(name, [...fields.get(name) ?? [], line.slice(colon + 1).trim()]);
+      }
+      // 101 answers a request to upgrade, which was never made: it is final, and ends the use of
+      // the connection like any answer the sender cannot read the end of.
+      if (status < 200 && status !== 101) continue;
+      return headOf(status, match[1] === "1", fields);
+    }
+  }
+
+  /**
+   * The body's first `limit` bytes, and whether the body ended within them (read to its end, so
+   * the connection can be used again). Rejects when the connection fails mid-body.
+   */
+  async bodyPrefix(
+    head: AnswerHead,
+    limit: number,
+  ): Promise<{ bytes: Uint8Array; whole: boolean }> {
+    if (NULL_BODY_STATUSES.includes(head.status) || head.contentLength === 0) {
+      return { bytes: new Uint8Array(0), whole: head.status !== 101 };
+    }
+    if (head.chunked) return await this.#chunkedPrefix(limit);
+    const wanted = head.contentLength === null ? limit : Math.min(head.contentLength, limit);
+    while (this.buffered < wanted && await this.#fill());
+    const take = Math.min(this.buffered, wanted);
+    const bytes = this.#buffer.slice(this.#start, this.#start + take);
+    this.#start += take;
+    if (head.contentLength !== null && take < wanted) {
+      throw new CallbackAnswerError("the callback closed the connection mid-body");
+    }
+    return { bytes, whole: head.contentLength !== null && take === head.contentLength };
+  }
+
+  async #chunkedPrefix(limit: number): Promise<{ bytes: Uint8Array; whole: boolean }> {
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    while (size < limit) {
+      const line = await this.#line(MAX_CHUNK_LINE_BYTES);
+      if (line === null) throw new CallbackAnswerError("the chunked body ended early");
+      const match = /^([0-9a-fA-F]{1,8})(?:[ \t]*;.*)?$/.exec(line);
+      if (match === null) throw new CallbackAnswerError("a chunk size is not valid");
+      let remaining = parseInt(match[1], 16);
+      if (remaining === 0) {
+        // Trailers, then the empty line that ends the body.
+        const start = this.#consumed;
+        while (true) {
+          const trailer = await this.#line(MAX_HEAD_BYTES);
+          if (trailer === null) throw new CallbackAnswerError("the chunked body ended early");
+          if (trailer === "") return { bytes: concat(chunks, size), whole: true };
+          if (this.#consumed - start > MAX_HEAD_BYTES) {
+            throw new CallbackAnswerError("the answer's trailers are too large");
+          }
+        }
+      }
+      while (remaining > 0 && size < limit) {
+        if (this.buffered === 0 && !await this.#fill()) {
+          throw new CallbackAnswerError("the chunked body ended early");
+        }
+        const take = Math.min(this.buffered, remaining, limit - size);
+        chunks.push(this.#buffer.slice(this.#start, this.#start + take));
+        this.#start += take;
+        size += take;
+        remaining -= take;
+      }
+      if (remaining > 0) break;
+      const end = await this.#line(MAX_CHUNK_LINE_BYTES);
+      if (end !== "") throw new CallbackAnswerError("a chunk does not end where it should");
+    }
+    return { bytes: concat(chunks, size), whole: false };
+  }
+}
+
+/** The fields of a head that the sender reads. */
+function headOf(status: number, http11: boolean, fields: Map<string, string[]>): AnswerHead {
+  const codings = (fields.get("transfer-encoding") ?? []).join(",").toLowerCase()
+    .split(",").map((coding) => coding.trim()).filter((coding) => coding !== "");
+  const chunked = codings.length > 0 && codings[codings.length - 1] === "chunked";
+  if (codings.length > 0 && !chunked) {
+    // A body whose end only the connection's end marks.
+    return {
+      status,
+      retryAfter: first(fields, "retry-after"),
+      contentLength: null,
+      chunked,
+      keepAlive: false,
+    };
+  }
+  let contentLength: number | null = null;
+  if (!chunked && fields.has("content-length")) {
+    const values = new Set(
+      fields.get("content-length")!.join(",").split(",").map((value) => value.trim()),
+    );
+    const [value] = values;
+    if (values.size !== 1 || !/^\d{1,15}$/.test(value)) {
+      throw new CallbackAnswerError("the answer's content-length is not valid");
+    }
+    contentLength = Number(value);
+  }
+  const connection = (fields.get("connection") ?? []).join(",").toLowerCase();
+  const keepAlive = http11 && !/(^|,)\s*close\s*(,|$)/.test(connection) &&
+    (chunked || contentLength !== null || NULL_BODY_STATUSES.includes(status)) && status !== 101;
+  return { status, retryAfter: first(fields, "retry-after"), contentLength, chunked, keepAlive };
+}
+
+function first(fields: Map<string, string[]>, name: string): string | null {
+  return fields.get(name)?.[0] ?? null;
+}
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.length;
+  }
+  return bytes;
+}
+
+/** The callback's answer could not be read as HTTP/1.1: it is recorded as a network error. */
+export class CallbackAnswerError extends RelayError {
+  constructor(message: string) {
+    super("CALLBACK_ANSWER_INVALID", message);
+  }
+}
+
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // already closed
   }
 }

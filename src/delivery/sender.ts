@@ -11,6 +11,9 @@ import { signatureHeader } from "./signature.ts";
 import type { AttemptResult } from "./queue.ts";
 import { timeoutSignal } from "../abort.ts";
 import { parseRetryAfterMs } from "../retry_after.ts";
+import { withClientSpan } from "../telemetry.ts";
+
+const encoder = new TextEncoder();
 
 /** How much of a callback's answer is kept. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -68,20 +71,28 @@ export async function sendDelivery(
     if (request.secrets.length === 0) return result({ error: "the tenant has no webhook secret" });
 
     const timestamp = Math.floor(attemptedAt.getTime() / 1000);
-    const answer = await postToCallback(target, {
-      body: request.payload,
-      bodyLimit: RESPONSE_BODY_LIMIT,
-      signal,
-      headers: {
-        "content-type": "application/json",
-        "user-agent": `purchase-relay/${options.version}`,
-        "x-service-event": request.event,
-        "x-service-event-id": request.eventId,
-        "x-service-timestamp": String(timestamp),
-        "x-service-signature": signatureHeader(request.secrets, timestamp, request.payload),
-        "x-service-version": options.version,
-      },
-    }, options.connections);
+    // Encoded once: the signature and the request are made of the same bytes.
+    const body = encoder.encode(request.payload);
+    const headers = {
+      "content-type": "application/json",
+      "user-agent": `purchase-relay/${options.version}`,
+      "x-service-event": request.event,
+      "x-service-event-id": request.eventId,
+      "x-service-timestamp": String(timestamp),
+      "x-service-signature": signatureHeader(request.secrets, timestamp, body),
+      "x-service-version": options.version,
+    };
+    const answer = await withClientSpan(
+      "POST",
+      target.url,
+      (traceHeaders) =>
+        postToCallback(target, {
+          body,
+          bodyLimit: RESPONSE_BODY_LIMIT,
+          signal,
+          headers: { ...headers, ...traceHeaders },
+        }, options.connections),
+    );
     return result({
       responseCode: answer.status,
       responseBody: answer.bodyPrefix,

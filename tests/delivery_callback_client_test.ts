@@ -1,0 +1,327 @@
+/**
+ * The callback client against callbacks that answer byte by byte as scripted: well-formed answers
+ * in every framing HTTP/1.1 has, and the malformed, endless and conflicting ones a hostile callback
+ * can send. Every answer must end in a status or a clear error within bounded reads, and a
+ * connection is kept only when its answer was read to its end.
+ */
+import assert from "node:assert/strict";
+import {
+  CallbackAnswerError,
+  CallbackConnections,
+  type CallbackPost,
+  postToCallback,
+} from "../src/delivery/callback_client.ts";
+
+/**
+ * What a scripted callback does with each request on a connection: the bytes it answers; an empty
+ * chunk closes the connection.
+ */
+type Script = (request: number, connection: number) => AsyncIterable<Uint8Array> | Uint8Array;
+
+interface ScriptedCallback {
+  url: string;
+  /** Requests received on each connection, in the order connections were accepted. */
+  requests: number[];
+  /** Bytes written to the client, over every connection. */
+  written: () => number;
+  close(): Promise<void>;
+}
+
+const encoder = new TextEncoder();
+const text = (value: string) => encoder.encode(value);
+
+/** A callback on loopback that reads each request whole and answers what `script` gives. */
+function scriptedCallback(script: Script): ScriptedCallback {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const requests: number[] = [];
+  const conns = new Set<Deno.Conn>();
+  let written = 0;
+  const serving = (async () => {
+    for await (const conn of listener) {
+      conns.add(conn);
+      const index = requests.push(0) - 1;
+      (async () => {
+        const buffer = new Uint8Array(64 * 1024);
+        let pending = "";
+        try {
+          while (true) {
+            const n = await conn.read(buffer);
+            if (n === null) break;
+            pending += new TextDecoder().decode(buffer.subarray(0, n));
+            const end = pending.indexOf("\r\n\r\n");
+            const length = Number(/content-length: (\d+)/i.exec(pending)?.[1] ?? 0);
+            if (end === -1 || pending.length < end + 4 + length) continue;
+            pending = pending.slice(end + 4 + length);
+            const answer = script(requests[index]++, index);
+            const parts = answer instanceof Uint8Array ? [answer] : answer;
+            for await (const part of parts) {
+              if (part.length === 0) return;
+              await conn.write(part);
+              written += part.length;
+            }
+          }
+        } catch {
+          // the client closed the connection
+        } finally {
+          conns.delete(conn);
+          try {
+            conn.close();
+          } catch {
+            // closed already
+          }
+        }
+      })();
+    }
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/hooks`,
+    requests,
+    written: () => written,
+    async close() {
+      listener.close();
+      for (const conn of conns) {
+        try {
+          conn.close();
+        } catch {
+          // closed already
+        }
+      }
+      await serving;
+    },
+  };
+}
+
+function target(url: string) {
+  return { url: new URL(url), host: "127.0.0.1", addresses: ["127.0.0.1"] };
+}
+
+function post(overrides: Partial<CallbackPost> = {}): CallbackPost {
+  return {
+    headers: { "content-type": "application/json" },
+    body: '{"event":"test"}',
+    bodyLimit: 4096,
+    signal: AbortSignal.timeout(5_000),
+    ...overrides,
+  };
+}
+
+/** Sends `count` POSTs one after the other on one pool; returns the answers. */
+async function postTimes(url: string, count: number) {
+  const connections = new CallbackConnections();
+  try {
+    const answers = [];
+    for (let i = 0; i < count; i++) {
+      answers.push(await postToCallback(target(url), post(), connections));
+    }
+    return answers;
+  } finally {
+    connections.close();
+  }
+}
+
+Deno.test("callback client: every framing of a body is read, and its connection kept when whole", async (t) => {
+  await t.step("content-length", async () => {
+    const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"));
+    try {
+      const answers = await postTimes(callback.url, 3);
+      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[200, "ok"], [200, "ok"], [
+        200,
+        "ok",
+      ]]);
+      assert.deepEqual(callback.requests, [3]);
+    } finally {
+      await callback.close();
+    }
+  });
+  await t.step("chunked, with extensions and trailers, in pieces", async () => {
+    const callback = scriptedCallback(async function* () {
+      yield text("HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n");
+      yield text("4\r\ndefg\r\n0\r\nx-trailer: 1\r\n\r\n");
+    });
+    try {
+      const answers = await postTimes(callback.url, 2);
+      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[202, "abcdefg"], [
+        202,
+        "abcdefg",
+      ]]);
+      assert.deepEqual(callback.requests, [2]);
+    } finally {
+      await callback.close();
+    }
+  });
+  await t.step("no body: 204, and interim answers before the final one", async () => {
+    const callback = scriptedCallback(() =>
+      text(
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" +
+          "HTTP/1.1 204 No Content\r\nretry-after: 3\r\n\r\n",
+      )
+    );
+    try {
+      const answers = await postTimes(callback.url, 2);
+      assert.deepEqual(answers, [{ status: 204, retryAfter: "3", bodyPrefix: null }, {
+        status: 204,
+        retryAfter: "3",
+        bodyPrefix: null,
+      }]);
+      assert.deepEqual(callback.requests, [2]);
+    } finally {
+      await callback.close();
+    }
+  });
+  await t.step("ended by closing the connection: read up to the limit, never kept", async () => {
+    const callback = scriptedCallback(async function* () {
+      yield text("HTTP/1.1 500 Oops\r\n\r\nshort body");
+      yield new Uint8Array(0);
+    });
+    try {
+      const answers = await postTimes(callback.url, 2);
+      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[500, "short body"], [
+        500,
+        "short body",
+      ]]);
+      assert.deepEqual(callback.requests, [1, 1]);
+    } finally {
+      await callback.close();
+    }
+  });
+});
+
+Deno.test("callback client: an answer not read to its end closes its connection", async (t) => {
+  await t.step("a body longer than the limit", async () => {
+    const callback = scriptedCallback(() =>
+      text(`HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n${"é".repeat(5000)}`)
+    );
+    try {
+      const answers = await postTimes(callback.url, 2);
+      // 4096 bytes: 2048 two-byte characters.
+      assert.equal(answers[0].bodyPrefix, "é".repeat(2048));
+      assert.deepEqual(callback.requests, [1, 1]);
+    } finally {
+      await callback.close();
+    }
+  });
+  await t.step("bytes beyond the answer", async () => {
+    const callback = scriptedCallback(() =>
+      text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA")
+    );
+    try {
+      await postTimes(callback.url, 2);
+      assert.deepEqual(callback.requests, [1, 1]);
+    } finally {
+      await callback.close();
+    }
+  });
+  await t.step("the callback asked to close it", async () => {
+    const callback = scriptedCallback(() =>
+      text("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+    );
+    try {
+      await postTimes(callback.url, 2);
+      assert.deepEqual(callback.requests, [1, 1]);
+    } finally {
+      await callback.close();
+    }
+  });
+});
+
+Deno.test("callback client: a hostile answer is refused within bounded reads", async (t) => {
+  const refused = async (script: Script, message: RegExp) => {
+    const callback = scriptedCallback(script);
+    try {
+      const started = performance.now();
+      await assert.rejects(
+        postToCallback(target(callback.url), post()),
+        (error: unknown) => error instanceof CallbackAnswerError && message.test(error.message),
+      );
+      assert.ok(performance.now() - started < 4_000, "refused well before the deadline");
+      return callback.written();
+    } finally {
+      await callback.close();
+    }
+  };
+  await t.step("headers that never end", async () => {
+    const written = await refused(async function* () {
+      yield text("HTTP/1.1 200 OK\r\n");
+      for (let i = 0; i < 10_000; i++) yield text(`x-filler-${i}: ${"a".repeat(1000)}\r\n`);
+    }, /headers are too large/);
+    // Refused before the 10 MB offered were read: the rest never left the callback.
+    assert.ok(written < 10_000 * 1000, `the callback wrote ${written} bytes`);
+  });
+  await t.step("a header line that never ends", async () => {
+    await refused(async function* () {
+      yield text("HTTP/1.1 200 OK\r\nx-long: ");
+      for (let i = 0; i < 10_000; i++) yield text("a".repeat(1000));
+    }, /line is too long|headers are too large/);
+  });
+  await t.step("interim answers that never end", async () => {
+    await refused(async function* () {
+      for (let i = 0; i < 100_000; i++) yield text("HTTP/1.1 100 Continue\r\n\r\n");
+    }, /headers are too large/);
+  });
+  await t.step("two content-lengths that disagree", async () => {
+    await refused(
+      () => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nokk"),
+      /content-length is not valid/,
+    );
+  });
+  await t.step("a content-length that is not a number", async () => {
+    await refused(
+      () => text("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n"),
+      /content-length is not valid/,
+    );
+  });
+  await t.step("an answer that is not HTTP", async () => {
+    await refused(() => text("SSH-2.0-OpenSSH_9.2\r\n\r\n"), /not HTTP/);
+  });
+  await t.step("a header line without a name", async () => {
+    await refused(() => text("HTTP/1.1 200 OK\r\n: nameless\r\n\r\n"), /no name/);
+  });
+});
+
+Deno.test("callback client: a request header cannot carry a line of its own", async () => {
+  const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+  try {
+    await assert.rejects(
+      postToCallback(
+        target(callback.url),
+        post({ headers: { "x-service-event": "a\r\nx-injected: 1" } }),
+      ),
+      /invalid request header/,
+    );
+    assert.deepEqual(callback.requests, [], "nothing was sent");
+  } finally {
+    await callback.close();
+  }
+});
+
+Deno.test("callback client: a body cut short or malformed keeps the status, not the body", async (t) => {
+  const answered = async (script: Script) => {
+    const callback = scriptedCallback(script);
+    try {
+      const answers = await postTimes(callback.url, 2);
+      assert.deepEqual(callback.requests, [1, 1], "the connection was not kept");
+      return answers[0];
+    } finally {
+      await callback.close();
+    }
+  };
+  await t.step("the connection closed mid-body", async () => {
+    const answer = await answered(async function* () {
+      yield text("HTTP/1.1 503 Busy\r\nretry-after: 9\r\ncontent-length: 100\r\n\r\npartial");
+      yield new Uint8Array(0);
+    });
+    assert.deepEqual(answer, { status: 503, retryAfter: "9", bodyPrefix: null });
+  });
+  await t.step("a chunk size that is not hex", async () => {
+    const answer = await answered(() =>
+      text("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n")
+    );
+    assert.deepEqual(answer, { status: 200, retryAfter: null, bodyPrefix: null });
+  });
+  await t.step("a chunk that does not end where its size says", async () => {
+    const answer = await answered(() =>
+      text("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd\r\n0\r\n\r\n")
+    );
+    assert.deepEqual(answer, { status: 200, retryAfter: null, bodyPrefix: null });
+  });
+});
