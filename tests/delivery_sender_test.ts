@@ -10,6 +10,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
+import { CHECKED_ADDRESSES_TTL_MS, CheckedAddresses } from "../src/delivery/callback_target.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import { createTlsTestCertificates } from "../simulators/tls_certificates.ts";
 
@@ -207,6 +208,45 @@ Deno.test("sender: over TLS the checked address is named by its host for SNI and
   } finally {
     await server.shutdown();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("sender: a host's checked addresses are reused for a while, a refusal never", async () => {
+  const receiver = await startCallbackReceiver({ secrets: [SECRET] });
+  try {
+    const port = new URL(receiver.url).port;
+    let clock = 0;
+    let answer = ["127.0.0.1"];
+    const lookups: string[] = [];
+    const options: SenderOptions = {
+      ...open,
+      checkedAddresses: new CheckedAddresses({ now: () => clock }),
+      resolve: (host) => {
+        lookups.push(host);
+        return Promise.resolve(answer);
+      },
+    };
+    const url = `http://hooks.example.test:${port}/hooks`;
+    const codes = async (n: number) => {
+      const results = [];
+      for (let i = 0; i < n; i++) {
+        results.push((await sendDelivery(request(url), options)).responseCode);
+      }
+      return results;
+    };
+    assert.deepEqual(await codes(3), [200, 200, 200]);
+    assert.equal(lookups.length, 1, "three attempts, one lookup");
+    // Past the period the name is resolved, and checked, again: here to an address that fails.
+    clock += CHECKED_ADDRESSES_TTL_MS + 1;
+    answer = ["10.0.0.1"];
+    const strictOptions = { ...options, policy: { allowHttp: true, allowPrivateNetworks: false } };
+    const refused = await sendDelivery(request(url), strictOptions);
+    assert.match(refused.error ?? "", /not public: 10\.0\.0\.1/);
+    // A refusal is not kept: the next attempt asks again.
+    await sendDelivery(request(url), strictOptions);
+    assert.equal(lookups.length, 3);
+  } finally {
+    await receiver.close();
   }
 });
 

@@ -9,6 +9,7 @@ import type { CallbackPolicy } from "./callback_policy.ts";
 import { callbackHost, callbackUrlProblem } from "./callback_url.ts";
 import { nonGlobalAddressReason, parseIpAddress } from "./special_addresses.ts";
 import { untilAborted } from "../abort.ts";
+import { setBounded } from "../cache.ts";
 
 /**
  * Ports of other protocols (SMTP, IRC, ...), where a POST could be read as commands: refused as
@@ -22,6 +23,46 @@ const BAD_PORTS = new Set(
     "5060 5061 6000 6566 6665 6666 6667 6668 6669 6679 6697 10080"
   ).split(" ").map(Number),
 );
+
+/**
+ * How long a host's checked addresses are reused: as long as a connection to them is kept idle
+ * (src/delivery/callback_client.ts), so that a name changed to point elsewhere is followed within
+ * that time.
+ */
+export const CHECKED_ADDRESSES_TTL_MS = 30_000;
+/** The most hosts whose checked addresses are kept: a tenant's callback host each, at most. */
+const CHECKED_HOSTS_LIMIT = 10_000;
+
+/**
+ * The addresses of each callback host that passed the check, kept for
+ * {@linkcode CHECKED_ADDRESSES_TTL_MS}: the dispatcher's attempts to a host look it up once per
+ * period instead of twice (A and AAAA) per attempt, which at hundreds of deliveries a second would
+ * be a resolver's rate limit (docs/operations.md, "Callback safety"). Only a passing check is kept:
+ * a refusal or a failed lookup is asked again at the next attempt.
+ */
+export class CheckedAddresses {
+  #entries = new Map<string, { addresses: string[]; until: number }>();
+  #now: () => number;
+
+  constructor(options: { now?: () => number } = {}) {
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  /** The addresses of `host` that passed a check within the period, or null. */
+  get(host: string): string[] | null {
+    const entry = this.#entries.get(host);
+    if (entry === undefined) return null;
+    if (entry.until > this.#now()) return entry.addresses;
+    this.#entries.delete(host);
+    return null;
+  }
+
+  /** Keeps the addresses of `host` that just passed the check. */
+  set(host: string, addresses: string[]): void {
+    const until = this.#now() + CHECKED_ADDRESSES_TTL_MS;
+    setBounded(this.#entries, host, { addresses, until }, CHECKED_HOSTS_LIMIT);
+  }
+}
 
 /** A name lookup: the addresses of `host` (IPv4 first, by convention), or a rejection. */
 export type ResolveHost = (host: string, signal: AbortSignal) => Promise<string[]>;
@@ -49,6 +90,8 @@ export interface CheckOptions {
    * used (and its answer connected to) whatever the policy.
    */
   resolve?: ResolveHost;
+  /** Where passing checks are kept briefly; without it, every check resolves the name. */
+  checkedAddresses?: CheckedAddresses;
 }
 
 /**
@@ -73,6 +116,8 @@ export async function checkCallback(
     return { url, host, addresses: null };
   }
 
+  const kept = options.checkedAddresses?.get(host) ?? null;
+  if (kept !== null) return { url, host, addresses: kept };
   let answers: string[];
   try {
     answers = await untilAborted((options.resolve ?? resolveHost)(host, signal), signal);
@@ -94,6 +139,7 @@ export async function checkCallback(
   }
   const addresses = answers.filter((address) => parseIpAddress(address) !== null);
   if (addresses.length === 0) return { problem: `${host} does not resolve` };
+  options.checkedAddresses?.set(host, addresses);
   return { url, host, addresses };
 }
 

@@ -41,6 +41,7 @@ import {
 import { sendDelivery } from "./sender.ts";
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { CallbackConnections } from "./callback_client.ts";
+import { CheckedAddresses } from "./callback_target.ts";
 import { ATTR, recordDeliveryAttempt, withSpan } from "../telemetry.ts";
 import type { DeliveryHandOver } from "../events/ingest_batch.ts";
 
@@ -85,6 +86,8 @@ export class Dispatcher {
   #options: DispatcherOptions;
   /** Connections to callbacks kept open between attempts; closed by `stop()`. */
   #connections = new CallbackConnections();
+  /** Callback hosts' addresses that passed the send-time check, reused for 30 s. */
+  #checkedAddresses = new CheckedAddresses();
   #leaseMs: number;
   #inFlight = new Set<Promise<void>>();
   /**
@@ -359,6 +362,7 @@ export class Dispatcher {
       timeoutMs: this.#options.timeoutMs,
       policy: this.#options.callbackPolicy,
       connections: this.#connections,
+      checkedAddresses: this.#checkedAddresses,
     });
     const verdict = this.#verdictOf(delivery.attempts, result);
     this.#noteAnswer(delivery.tenantId, verdict.status === "delivered");

@@ -5,7 +5,7 @@
  */
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { withoutUrlSecrets } from "./callback_url.ts";
-import { checkCallback, type ResolveHost } from "./callback_target.ts";
+import { type CheckedAddresses, checkCallback, type ResolveHost } from "./callback_target.ts";
 import { type CallbackConnections, postToCallback } from "./callback_client.ts";
 import { signatureHeader } from "./signature.ts";
 import type { AttemptResult } from "./queue.ts";
@@ -43,6 +43,8 @@ export interface SenderOptions {
   resolve?: ResolveHost;
   /** Connections kept between attempts; without it, each attempt opens and closes its own. */
   connections?: CallbackConnections;
+  /** Checked addresses kept between attempts; without it, each attempt resolves the name. */
+  checkedAddresses?: CheckedAddresses;
 }
 
 /** Makes one signed delivery attempt. */
