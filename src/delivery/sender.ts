@@ -5,7 +5,7 @@
  */
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { withoutUrlSecrets } from "./callback_url.ts";
-import { type CheckedAddresses, checkCallback, type ResolveHost } from "./callback_target.ts";
+import { checkCallback, type CheckedAddresses, type ResolveHost } from "./callback_target.ts";
 import { type CallbackConnections, postToCallback } from "./callback_client.ts";
 import { signatureHeader } from "./signature.ts";
 import type { AttemptResult } from "./queue.ts";
