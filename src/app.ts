@@ -36,7 +36,7 @@ import { SubjectHasher } from "./audit/subject_hash.ts";
 import { pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
 import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_maintenance.ts";
-import { IngestBatcher } from "./events/ingest_batch.ts";
+import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -127,7 +127,10 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   const dispatcher = await startDispatcher(db, box, config, log, stack);
   // Receivers share group commits: many notifications per transaction (docs/architecture.md,
   // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
-  const ingestBatcher = new IngestBatcher(db.sql, { handOver: dispatcher.handOver });
+  const ingestBatcher = new IngestBatcher(db.sql, {
+    handOver: dispatcher.handOver,
+    ...(db.engine === "embedded" ? { maxInFlight: EMBEDDED_INGEST_IN_FLIGHT } : {}),
+  });
   startEventRetention(db, config, log, stack);
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 
