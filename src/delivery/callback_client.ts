@@ -26,8 +26,11 @@ const IDLE_CONNECTIONS_PER_TARGET = 256;
 const MAX_HEAD_BYTES = 64 * 1024;
 /** The most bytes of one chunk-size line (with extensions) of a chunked body. */
 const MAX_CHUNK_LINE_BYTES = 4 * 1024;
-/** Bytes asked of the socket at a time. */
-const READ_BYTES = 16 * 1024;
+/**
+ * The read buffer's first size: a callback's answer is usually a few hundred bytes, and the buffer
+ * doubles when a longer one needs it (up to the bounds above).
+ */
+const FIRST_READ_BYTES = 2 * 1024;
 
 /** Statuses whose answer has no body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = [101, 103, 204, 205, 304];
@@ -293,7 +296,7 @@ interface AnswerHead {
 /** Reads one HTTP/1.1 answer from a connection, never more than it needs. */
 class AnswerReader {
   #conn: Deno.Conn;
-  #buffer = new Uint8Array(READ_BYTES);
+  #buffer = new Uint8Array(FIRST_READ_BYTES);
   #start = 0;
   #end = 0;
   /** Bytes were received on this connection for this answer. */
