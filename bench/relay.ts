@@ -54,7 +54,7 @@ import {
   runEmbeddedIngestBaseline,
   runIngestBaseline,
 } from "./ingest_baseline.ts";
-import type { SignedPostLoopResult } from "./signed_post_loop.ts";
+import type { PostLoopClient, SignedPostLoopResult } from "./signed_post_loop.ts";
 import postgres from "postgres";
 import { sharedEmbeddedClient } from "../src/db/connect.ts";
 import { CONFIG_VARIABLES } from "../src/config.ts";
@@ -285,12 +285,18 @@ export interface RelayBenchmarkResult {
   ingestBaseline: IngestBaseline;
   /** The service's accepted/s in the measured run divided by the baseline's transactions/s. */
   ingestRatio: number;
-  /** A bare loop of the same signed POSTs to the same sink (bench/signed_post_loop.ts). */
+  /** A bare loop of the same signed POSTs to the same sink, with `fetch` (bench/signed_post_loop.ts). */
   postLoop: SignedPostLoopResult;
   /** Valid deliveries the sink counted during the loop: every one of its 2xx, none lost. */
   postLoopAtSink: number;
   /** Deliveries per second while draining divided by the loop's POSTs per second. */
   drainRatio: number;
+  /** The same loop over the service's own callback client: the drain's floor. */
+  postLoopFloor: SignedPostLoopResult;
+  /** Valid deliveries the sink counted during the floor loop. */
+  postLoopFloorAtSink: number;
+  /** Deliveries per second while draining divided by the floor loop's POSTs per second. */
+  drainFloorRatio: number;
   /** Notifications sent open loop at half the measured ingest rate, once the backlog was done. */
   openLoop: RelayOpenLoop;
   serviceLog: ServiceLog;
@@ -493,14 +499,20 @@ export async function runRelayBenchmark(
     progress(
       `raw ${engineName(settings.engine)}: ${ingestBaseline.transactionsPerSecond.toFixed(0)} tps`,
     );
-    const atSinkBefore = (await sinkStats(sink.url)).valid;
-    const postLoop = await runSignedPostLoop(tmp, settings, {
-      url: `${sink.url}${SINK_PATH}`,
-      secret,
-      payload,
-    });
-    const postLoopAtSink = (await sinkStats(sink.url)).valid - atSinkBefore;
-    progress(`bare signed-POST loop: ${postLoop.perSecond.toFixed(0)} POSTs/s`);
+    const loop = async (client: PostLoopClient) => {
+      const atSinkBefore = (await sinkStats(sink!.url)).valid;
+      const result = await runSignedPostLoop(tmp, settings, {
+        url: `${sink!.url}${SINK_PATH}`,
+        secret,
+        payload,
+        client,
+      });
+      const atSink = (await sinkStats(sink!.url)).valid - atSinkBefore;
+      progress(`bare signed-POST loop (${client}): ${result.perSecond.toFixed(0)} POSTs/s`);
+      return { result, atSink };
+    };
+    const { result: postLoop, atSink: postLoopAtSink } = await loop("fetch");
+    const { result: postLoopFloor, atSink: postLoopFloorAtSink } = await loop("service");
     const result: RelayBenchmarkResult = {
       startedAt,
       machine,
@@ -516,6 +528,9 @@ export async function runRelayBenchmark(
       postLoop,
       postLoopAtSink,
       drainRatio: delivery.drain.perSecond / postLoop.perSecond,
+      postLoopFloor,
+      postLoopFloorAtSink,
+      drainFloorRatio: delivery.drain.perSecond / postLoopFloor.perSecond,
       openLoop,
       serviceLog,
       problems: [],
@@ -560,8 +575,12 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ],
     [`accepted per second / raw ${raw}`, `${result.ingestRatio.toFixed(2)}x`],
     [
-      "bare signed-POST loop to the sink (POSTs per second)",
+      "bare signed-POST loop to the sink, `fetch` (POSTs per second)",
       `${rate(result.postLoop.perSecond)} (${result.postLoop.inFlight} in flight)`,
+    ],
+    [
+      "floor: the same loop over the service's callback client (POSTs per second)",
+      `${rate(result.postLoopFloor.perSecond)} (${result.postLoopFloor.inFlight} in flight)`,
     ],
     [
       "accepted / delivered per second in the run",
@@ -573,7 +592,8 @@ export function formatRelayDeliveryTable(result: RelayBenchmarkResult): string {
     ],
     ["drain", `${count(d.drain.deliveries)} in ${d.drain.seconds.toFixed(1)} s`],
     ["deliveries per second while draining", drainFigure(d.drain.perSecond, 0)],
-    ["draining / bare signed-POST loop", drainFigure(result.drainRatio, 2, "x")],
+    ["draining / bare signed-POST loop (`fetch`)", drainFigure(result.drainRatio, 2, "x")],
+    ["draining / floor loop (the service's client)", drainFigure(result.drainFloorRatio, 2, "x")],
     ["deliveries per second, first to last", rate(d.overallPerSecond)],
     ["receipt to delivery, p50 / p99", `${seconds(d.lag.p50Ms)} / ${seconds(d.lag.p99Ms)}`],
     [
@@ -638,6 +658,8 @@ export function formatRelayRoundsTable(results: RelayBenchmarkResult[]): string 
     { header: "drain/s", of: (r) => r.delivery.drain.perSecond, digits: 0, drain: true },
     { header: "signed-POST loop/s", of: (r) => r.postLoop.perSecond, digits: 0 },
     { header: "drain ratio", of: (r) => r.drainRatio, digits: 2, drain: true },
+    { header: "floor loop/s", of: (r) => r.postLoopFloor.perSecond, digits: 0 },
+    { header: "drain vs floor", of: (r) => r.drainFloorRatio, digits: 2, drain: true },
     { header: "open loop/s", of: (r) => r.openLoop.rate, digits: 0 },
     { header: "receiver p99 ms", of: (r) => r.openLoop.receiverP99Ms, digits: 1 },
     { header: "receipt to delivery p99 ms", of: (r) => r.openLoop.lag.p99Ms, digits: 1 },
@@ -902,7 +924,7 @@ const POST_LOOP_IN_FLIGHT = Number(
 async function runSignedPostLoop(
   tmp: string,
   settings: RelaySettings,
-  target: { url: string; secret: string; payload: string },
+  target: { url: string; secret: string; payload: string; client: PostLoopClient },
 ): Promise<SignedPostLoopResult> {
   const bodyFile = `${tmp}/post-loop-body.json`;
   await Deno.writeTextFile(bodyFile, target.payload);
@@ -912,6 +934,7 @@ async function runSignedPostLoop(
     bodyFile,
     seconds: settings.durationSeconds,
     inFlight: POST_LOOP_IN_FLIGHT,
+    client: target.client,
   };
   return await runPinnedForJson("the signed-POST loop", settings.serverCore, [
     Deno.execPath(),
@@ -1407,11 +1430,18 @@ function problemsOf(result: RelayBenchmarkResult): string[] {
         `${baseline.eventsAdded} events`,
     );
   }
-  if (result.postLoop.failed > 0 || result.postLoopAtSink !== result.postLoop.requests) {
-    problems.push(
-      `signed-POST loop: ${result.postLoop.requests} answered 2xx, ${result.postLoop.failed} ` +
-        `failed, ${result.postLoopAtSink} valid at the sink`,
-    );
+  for (
+    const [loop, atSink] of [
+      [result.postLoop, result.postLoopAtSink],
+      [result.postLoopFloor, result.postLoopFloorAtSink],
+    ] as const
+  ) {
+    if (loop.failed > 0 || atSink !== loop.requests) {
+      problems.push(
+        `signed-POST loop (${loop.client}): ${loop.requests} answered 2xx, ${loop.failed} ` +
+          `failed, ${atSink} valid at the sink`,
+      );
+    }
   }
   if (delivery.sink.invalid > 0) {
     problems.push(`${delivery.sink.invalid} deliveries reached the sink with a bad signature`);
