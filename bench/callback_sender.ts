@@ -7,15 +7,16 @@
  * Scenarios, on one sink: a callback at an address (`http://127.0.0.1:PORT/hooks`: neither sender
  * looks anything up); a name where private networks are allowed (`http://localhost:PORT/hooks`
  * and the https one: nothing is checked, both let their HTTP client resolve it); and the same
- * names as production checks them (before: a lookup for the check, then `fetch`, which resolves
- * again for a new connection; now: the same lookup, then a connection to its answer). TLS uses a
- * throwaway CA trusted through `DENO_CERT`. Each is measured one attempt at a time (the median
- * latency) and 32 at a time (attempts per second, and the sender process's CPU time per attempt).
+ * names as production checks them (fetch: a lookup for the check, then `fetch`, which resolves
+ * again for a new connection; the service's: the same lookup, then a connection to its answer;
+ * in the last scenario, as the dispatcher does, the answer kept for 30 s). TLS uses a throwaway CA
+ * trusted through `DENO_CERT`. Each is measured one attempt at a time (the median latency) and 32
+ * at a time (attempts per second, and the sender process's CPU time per attempt).
  *
  * Processes and cores: the sink (this module run as `callback_sender.ts sink`) on core 1, the
  * senders (`callback_sender.ts measure`) on core 0, pinned with `taskset`. Every round runs both
  * senders on a callback in ten alternating slices (which goes first alternates too), so that
- * noise from other processes falls on both; the ratio now/before is taken per round, and the
+ * noise from other processes falls on both; each ratio to fetch is taken per round, and the
  * median of the rounds is reported. Every attempt must be answered 200, or the run fails.
  *
  * Run it from the repository root:
@@ -29,7 +30,7 @@ import process from "node:process";
 import { join } from "node:path";
 import { sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
-import { resolveHost } from "../src/delivery/callback_target.ts";
+import { CheckedAddresses, resolveHost } from "../src/delivery/callback_target.ts";
 import { createTlsTestCertificates } from "../simulators/tls_certificates.ts";
 import { sendWithFetch } from "./fetch_sender.ts";
 import { formatTable, spawnPinned, stop, writeProgress } from "./support.ts";
@@ -91,6 +92,8 @@ async function measure(settings: { rounds: number; attempts: number }, ports: {
   // As production checks a name: the lookup of the check, then a connection to its answer.
   // (The check itself would refuse the loopback sink; it costs microseconds.)
   const checked: SenderOptions = { ...privateAllowed, resolve: resolveHost };
+  // As the dispatcher checks a name: its answer kept for 30 s.
+  const checkedAndKept: SenderOptions = { ...checked, checkedAddresses: new CheckedAddresses() };
   const fetchWithout = async (url: string) =>
     (await sendWithFetch(request(url), { ...base, lookUp: false })).responseCode;
   const fetchWithLookup = async (url: string) =>
@@ -115,6 +118,12 @@ async function measure(settings: { rounds: number; attempts: number }, ports: {
     },
     { name: "http, name, checked", url: http, before: fetchWithLookup, now: sender(checked) },
     { name: "https, name, checked", url: https, before: fetchWithLookup, now: sender(checked) },
+    {
+      name: "https, name, checked, answer kept",
+      url: https,
+      before: fetchWithLookup,
+      now: sender(checkedAndKept),
+    },
   ];
   const perSlice = Math.ceil(settings.attempts / SLICES);
   const results: ScenarioResult[] = [];
