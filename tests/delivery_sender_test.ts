@@ -250,6 +250,26 @@ Deno.test("sender: a host's checked addresses are reused for a while, a refusal 
   }
 });
 
+Deno.test("sender: a kept answer none of whose addresses answered is asked again", async () => {
+  const closed = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (closed.addr as Deno.NetAddr).port;
+  closed.close();
+  const lookups: string[] = [];
+  const options: SenderOptions = {
+    ...open,
+    checkedAddresses: new CheckedAddresses(),
+    resolve: (host) => {
+      lookups.push(host);
+      return Promise.resolve(["127.0.0.1"]);
+    },
+  };
+  for (let i = 0; i < 2; i++) {
+    const result = await sendDelivery(request(`http://moved.example.test:${port}/hooks`), options);
+    assert.equal(result.responseCode, null);
+  }
+  assert.equal(lookups.length, 2, "each attempt after one without an answer resolves again");
+});
+
 Deno.test("sender: kept connections are reused only for the same checked addresses", async () => {
   const sockets: string[] = [];
   const server = http.createServer((req, res) => {

@@ -37,8 +37,9 @@ const CHECKED_HOSTS_LIMIT = 10_000;
  * The addresses of each callback host that passed the check, kept for
  * {@linkcode CHECKED_ADDRESSES_TTL_MS}: the dispatcher's attempts to a host look it up once per
  * period instead of twice (A and AAAA) per attempt, which at hundreds of deliveries a second would
- * be a resolver's rate limit (docs/operations.md, "Callback safety"). Only a passing check is kept:
- * a refusal or a failed lookup is asked again at the next attempt.
+ * be a resolver's rate limit (docs/operations.md, "Callback safety"). Only a passing check is kept,
+ * and only while its addresses answer: a refusal, a failed lookup or an attempt that got no answer
+ * is asked again at the next attempt.
  */
 export class CheckedAddresses {
   #entries = new Map<string, { addresses: string[]; until: number }>();
@@ -61,6 +62,11 @@ export class CheckedAddresses {
   set(host: string, addresses: string[]): void {
     const until = this.#now() + CHECKED_ADDRESSES_TTL_MS;
     setBounded(this.#entries, host, { addresses, until }, CHECKED_HOSTS_LIMIT);
+  }
+
+  /** Drops the addresses of `host`: none of them answered, so the next check asks again. */
+  forget(host: string): void {
+    this.#entries.delete(host);
   }
 }
 

@@ -94,7 +94,12 @@ export async function sendDelivery(
           signal,
           headers: { ...headers, ...traceHeaders },
         }, options.connections),
-    );
+    ).catch((error) => {
+      // No answer from the checked addresses: the next attempt resolves the name again, in case
+      // it has moved.
+      options.checkedAddresses?.forget(target.host);
+      throw error;
+    });
     return result({
       responseCode: answer.status,
       responseBody: answer.bodyPrefix,
