@@ -9,6 +9,7 @@ import {
   CallbackAnswerError,
   CallbackConnections,
   type CallbackPost,
+  IDLE_CONNECTION_MS,
   postToCallback,
 } from "../src/delivery/callback_client.ts";
 
@@ -211,6 +212,21 @@ Deno.test("callback client: an answer not read to its end closes its connection"
       await callback.close();
     }
   });
+  await t.step("both a content-length and chunks", async () => {
+    const callback = scriptedCallback(() =>
+      text(
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n" +
+          "2\r\nok\r\n0\r\n\r\n",
+      )
+    );
+    try {
+      const answers = await postTimes(callback.url, 2);
+      assert.equal(answers[0].bodyPrefix, "ok", "read as chunked");
+      assert.deepEqual(callback.requests, [1, 1]);
+    } finally {
+      await callback.close();
+    }
+  });
   await t.step("the callback asked to close it", async () => {
     const callback = scriptedCallback(() =>
       text("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
@@ -222,6 +238,24 @@ Deno.test("callback client: an answer not read to its end closes its connection"
       await callback.close();
     }
   });
+});
+
+Deno.test("callback client: a connection idle for 30 s is not used again", async () => {
+  const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"));
+  let clock = 0;
+  const connections = new CallbackConnections({ now: () => clock });
+  try {
+    await postToCallback(target(callback.url), post(), connections);
+    clock += IDLE_CONNECTION_MS - 1;
+    await postToCallback(target(callback.url), post(), connections);
+    assert.deepEqual(callback.requests, [2], "reused within the period");
+    clock += IDLE_CONNECTION_MS;
+    await postToCallback(target(callback.url), post(), connections);
+    assert.deepEqual(callback.requests, [2, 1], "a new connection after it");
+  } finally {
+    connections.close();
+    await callback.close();
+  }
 });
 
 Deno.test("callback client: a hostile answer is refused within bounded reads", async (t) => {

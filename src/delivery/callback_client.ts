@@ -12,11 +12,12 @@
 import { RelayError } from "../errors.ts";
 
 /**
- * How long a connection to a callback is kept open, idle, for the next attempt. A callback that
+ * How long a connection to a callback is kept open, idle, for the next attempt (exported for the
+ * tests). A callback that
  * closes it sooner costs nothing: an attempt whose kept connection turns out closed before any
  * byte of an answer is sent again on a new connection.
  */
-const IDLE_CONNECTION_MS = 30_000;
+export const IDLE_CONNECTION_MS = 30_000;
 /**
  * Idle connections kept per host, port and set of checked addresses: more than the dispatcher's
  * default concurrency (64), so that a burst's connections all serve the next one.
@@ -71,8 +72,8 @@ interface Connection {
   conn: Deno.Conn;
   /** The target it was opened for: host, port, protocol and checked addresses. */
   key: string;
-  /** Cancels its idle timer, while it is kept idle. */
-  stopIdleTimer: (() => void) | null;
+  /** When it was last kept idle, in `performance.now()` milliseconds. */
+  idleSince: number;
 }
 
 /**
@@ -82,17 +83,30 @@ interface Connection {
  * port). Without one, each attempt has its own connection, closed after it.
  */
 export class CallbackConnections {
+  /** Idle connections per target, oldest first. */
   #idle = new Map<string, Connection[]>();
   #open = new Set<Connection>();
   #closed = false;
+  /** Closes connections idle for too long; runs only while some are idle. */
+  #sweeper: ReturnType<typeof setInterval> | undefined;
+  #now: () => number;
+
+  /** `now` is the clock of idle times, `performance.now()` unless a test gives another. */
+  constructor(options: { now?: () => number } = {}) {
+    this.#now = options.now ?? (() => performance.now());
+  }
 
   /** An idle connection to `key`, the most recently used, or null. */
   take(key: string): Connection | null {
     const idle = this.#idle.get(key);
     const connection = idle?.pop() ?? null;
     if (idle?.length === 0) this.#idle.delete(key);
-    connection?.stopIdleTimer?.();
-    if (connection !== null) connection.stopIdleTimer = null;
+    if (connection !== null && this.#now() - connection.idleSince >= IDLE_CONNECTION_MS) {
+      // The newest is too old, so are the rest: the sweep has not come round yet.
+      for (const stale of [connection, ...idle ?? []]) this.discard(stale);
+      this.#idle.delete(key);
+      return null;
+    }
     return connection;
   }
 
@@ -112,18 +126,31 @@ export class CallbackConnections {
       this.discard(connection);
       return;
     }
+    connection.idleSince = this.#now();
     idle.push(connection);
     this.#idle.set(connection.key, idle);
-    const timer = setTimeout(() => {
-      const list = this.#idle.get(connection.key);
-      const at = list?.indexOf(connection) ?? -1;
-      if (at >= 0) list!.splice(at, 1);
-      if (list?.length === 0) this.#idle.delete(connection.key);
-      this.discard(connection);
-    }, IDLE_CONNECTION_MS);
-    // An idle connection does not keep the process running.
-    Deno.unrefTimer(timer);
-    connection.stopIdleTimer = () => clearTimeout(timer);
+    if (this.#sweeper === undefined) {
+      // One timer for every idle connection, not one each: attempts keep and take thousands a
+      // second. It does not keep the process running.
+      const sweeper = setInterval(() => this.#sweep(), IDLE_CONNECTION_MS / 3);
+      Deno.unrefTimer(sweeper);
+      this.#sweeper = sweeper;
+    }
+  }
+
+  /** Closes the connections idle for {@linkcode IDLE_CONNECTION_MS} or more. */
+  #sweep(): void {
+    const before = this.#now() - IDLE_CONNECTION_MS;
+    for (const [key, idle] of this.#idle) {
+      let stale = 0;
+      while (stale < idle.length && idle[stale].idleSince <= before) this.discard(idle[stale++]);
+      idle.splice(0, stale);
+      if (idle.length === 0) this.#idle.delete(key);
+    }
+    if (this.#idle.size === 0) {
+      clearInterval(this.#sweeper);
+      this.#sweeper = undefined;
+    }
   }
 
   /** Closes `connection` and forgets it. */
@@ -135,9 +162,8 @@ export class CallbackConnections {
   /** Closes every connection, idle or not; attempts in flight on them fail. */
   close(): void {
     this.#closed = true;
-    for (const idle of this.#idle.values()) {
-      for (const connection of idle) connection.stopIdleTimer?.();
-    }
+    clearInterval(this.#sweeper);
+    this.#sweeper = undefined;
     this.#idle.clear();
     for (const connection of this.#open) closeQuietly(connection.conn);
     this.#open.clear();
@@ -164,7 +190,7 @@ export async function postToCallback(
     // request is sent again on a new connection.
   }
   const conn = await connect(target, post.signal);
-  const connection: Connection = { conn, key, stopIdleTimer: null };
+  const connection: Connection = { conn, key, idleSince: 0 };
   connections?.opened(connection);
   return (await exchange(connection, request, post, connections, false))!;
 }
@@ -192,10 +218,10 @@ function requestBytes(target: PostTarget, post: CallbackPost): Uint8Array {
     head += `${name}: ${value}\r\n`;
   }
   head += `content-length: ${body.length}\r\n\r\n`;
-  const bytes = new Uint8Array(head.length + body.length);
-  // Every character of the head is ASCII here: the checks above and the URL's own encoding.
-  encoder.encodeInto(head, bytes);
-  bytes.set(body, head.length);
+  const headBytes = encoder.encode(head);
+  const bytes = new Uint8Array(headBytes.length + body.length);
+  bytes.set(headBytes);
+  bytes.set(body, headBytes.length);
   return bytes;
 }
 
@@ -322,13 +348,16 @@ class AnswerReader {
   async #fill(): Promise<boolean> {
     if (this.#start > 0 && this.#start === this.#end) this.#start = this.#end = 0;
     if (this.#end === this.#buffer.length) {
-      const grown = new Uint8Array(
-        this.buffered * 2 > this.#buffer.length ? this.#buffer.length * 2 : this.#buffer.length,
-      );
-      grown.set(this.#buffer.subarray(this.#start, this.#end));
+      // Full: move what is unread to the front, and double the buffer if that is half of it.
+      if (this.buffered * 2 > this.#buffer.length) {
+        const grown = new Uint8Array(this.#buffer.length * 2);
+        grown.set(this.#buffer.subarray(this.#start, this.#end));
+        this.#buffer = grown;
+      } else {
+        this.#buffer.copyWithin(0, this.#start, this.#end);
+      }
       this.#end -= this.#start;
       this.#start = 0;
-      this.#buffer = grown;
     }
     const n = await this.#conn.read(this.#buffer.subarray(this.#end));
     if (n === null) return false;
@@ -488,7 +517,10 @@ function headOf(status: number, http11: boolean, fields: Map<string, string[]>):
     contentLength = Number(value);
   }
   const connection = (fields.get("connection") ?? []).join(",").toLowerCase();
+  // Both framings at once is how a response is smuggled past a proxy: the body is read as chunked,
+  // as HTTP/1.1 says, but the connection is not trusted for another request.
   const keepAlive = http11 && !/(^|,)\s*close\s*(,|$)/.test(connection) &&
+    !(chunked && fields.has("content-length")) &&
     (chunked || contentLength !== null || NULL_BODY_STATUSES.includes(status)) && status !== 101;
   return { status, retryAfter: first(fields, "retry-after"), contentLength, chunked, keepAlive };
 }
