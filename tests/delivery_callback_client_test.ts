@@ -12,85 +12,7 @@ import {
   IDLE_CONNECTION_MS,
   postToCallback,
 } from "../src/delivery/callback_client.ts";
-
-/**
- * What a scripted callback does with each request on a connection: the bytes it answers; an empty
- * chunk closes the connection.
- */
-type Script = (request: number, connection: number) => AsyncIterable<Uint8Array> | Uint8Array;
-
-interface ScriptedCallback {
-  url: string;
-  /** Requests received on each connection, in the order connections were accepted. */
-  requests: number[];
-  /** Bytes written to the client, over every connection. */
-  written: () => number;
-  close(): Promise<void>;
-}
-
-const encoder = new TextEncoder();
-const text = (value: string) => encoder.encode(value);
-
-/** A callback on loopback that reads each request whole and answers what `script` gives. */
-function scriptedCallback(script: Script): ScriptedCallback {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const requests: number[] = [];
-  const conns = new Set<Deno.Conn>();
-  let written = 0;
-  const serving = (async () => {
-    for await (const conn of listener) {
-      conns.add(conn);
-      const index = requests.push(0) - 1;
-      (async () => {
-        const buffer = new Uint8Array(64 * 1024);
-        let pending = "";
-        try {
-          while (true) {
-            const n = await conn.read(buffer);
-            if (n === null) break;
-            pending += new TextDecoder().decode(buffer.subarray(0, n));
-            const end = pending.indexOf("\r\n\r\n");
-            const length = Number(/content-length: (\d+)/i.exec(pending)?.[1] ?? 0);
-            if (end === -1 || pending.length < end + 4 + length) continue;
-            pending = pending.slice(end + 4 + length);
-            const answer = script(requests[index]++, index);
-            const parts = answer instanceof Uint8Array ? [answer] : answer;
-            for await (const part of parts) {
-              if (part.length === 0) return;
-              await conn.write(part);
-              written += part.length;
-            }
-          }
-        } catch {
-          // the client closed the connection
-        } finally {
-          conns.delete(conn);
-          try {
-            conn.close();
-          } catch {
-            // closed already
-          }
-        }
-      })();
-    }
-  })().catch(() => {});
-  return {
-    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/hooks`,
-    requests,
-    written: () => written,
-    async close() {
-      listener.close();
-      for (const conn of conns) {
-        try {
-          conn.close();
-        } catch {
-          // closed already
-        }
-      }
-      await serving;
-    },
-  };
-}
+import { type Script, scriptedCallback, text } from "./helpers/scripted_callback.ts";
 
 function target(url: string) {
   return { url: new URL(url), host: "127.0.0.1", addresses: ["127.0.0.1"] };
@@ -120,123 +42,97 @@ async function postTimes(url: string, count: number) {
   }
 }
 
+/** `count` POSTs one after the other on one pool to a callback answering as `script` says. */
+async function exchanges(script: Script, count: number) {
+  const callback = scriptedCallback(script);
+  try {
+    return { answers: await postTimes(callback.url, count), requests: callback.requests };
+  } finally {
+    await callback.close();
+  }
+}
+
 Deno.test("callback client: every framing of a body is read, and its connection kept when whole", async (t) => {
   await t.step("content-length", async () => {
-    const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"));
-    try {
-      const answers = await postTimes(callback.url, 3);
-      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[200, "ok"], [200, "ok"], [
-        200,
-        "ok",
-      ]]);
-      assert.deepEqual(callback.requests, [3]);
-    } finally {
-      await callback.close();
-    }
+    const { answers, requests } = await exchanges(
+      () => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+      3,
+    );
+    assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[200, "ok"], [200, "ok"], [
+      200,
+      "ok",
+    ]]);
+    assert.deepEqual(requests, [3]);
   });
   await t.step("chunked, with extensions and trailers, in pieces", async () => {
-    const callback = scriptedCallback(async function* () {
+    const { answers, requests } = await exchanges(async function* () {
       yield text("HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n");
       yield text("4\r\ndefg\r\n0\r\nx-trailer: 1\r\n\r\n");
-    });
-    try {
-      const answers = await postTimes(callback.url, 2);
-      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[202, "abcdefg"], [
-        202,
-        "abcdefg",
-      ]]);
-      assert.deepEqual(callback.requests, [2]);
-    } finally {
-      await callback.close();
-    }
+    }, 2);
+    assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[202, "abcdefg"], [
+      202,
+      "abcdefg",
+    ]]);
+    assert.deepEqual(requests, [2]);
   });
   await t.step("no body: 204, and interim answers before the final one", async () => {
-    const callback = scriptedCallback(() =>
+    const { answers, requests } = await exchanges(() =>
       text(
         "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" +
           "HTTP/1.1 204 No Content\r\nretry-after: 3\r\n\r\n",
-      )
-    );
-    try {
-      const answers = await postTimes(callback.url, 2);
-      assert.deepEqual(answers, [{ status: 204, retryAfter: "3", bodyPrefix: null }, {
-        status: 204,
-        retryAfter: "3",
-        bodyPrefix: null,
-      }]);
-      assert.deepEqual(callback.requests, [2]);
-    } finally {
-      await callback.close();
-    }
+      ), 2);
+    assert.deepEqual(answers, [{ status: 204, retryAfter: "3", bodyPrefix: null }, {
+      status: 204,
+      retryAfter: "3",
+      bodyPrefix: null,
+    }]);
+    assert.deepEqual(requests, [2]);
   });
   await t.step("ended by closing the connection: read up to the limit, never kept", async () => {
-    const callback = scriptedCallback(async function* () {
+    const { answers, requests } = await exchanges(async function* () {
       yield text("HTTP/1.1 500 Oops\r\n\r\nshort body");
       yield new Uint8Array(0);
-    });
-    try {
-      const answers = await postTimes(callback.url, 2);
-      assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[500, "short body"], [
-        500,
-        "short body",
-      ]]);
-      assert.deepEqual(callback.requests, [1, 1]);
-    } finally {
-      await callback.close();
-    }
+    }, 2);
+    assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[500, "short body"], [
+      500,
+      "short body",
+    ]]);
+    assert.deepEqual(requests, [1, 1]);
   });
 });
 
 Deno.test("callback client: an answer not read to its end closes its connection", async (t) => {
   await t.step("a body longer than the limit", async () => {
-    const callback = scriptedCallback(() =>
-      text(`HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n${"é".repeat(5000)}`)
+    const { answers, requests } = await exchanges(
+      () => text(`HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n${"é".repeat(5000)}`),
+      2,
     );
-    try {
-      const answers = await postTimes(callback.url, 2);
-      // 4096 bytes: 2048 two-byte characters.
-      assert.equal(answers[0].bodyPrefix, "é".repeat(2048));
-      assert.deepEqual(callback.requests, [1, 1]);
-    } finally {
-      await callback.close();
-    }
+    // 4096 bytes: 2048 two-byte characters.
+    assert.equal(answers[0].bodyPrefix, "é".repeat(2048));
+    assert.deepEqual(requests, [1, 1]);
   });
   await t.step("bytes beyond the answer", async () => {
-    const callback = scriptedCallback(() =>
-      text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA")
+    const { requests } = await exchanges(
+      () => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA"),
+      2,
     );
-    try {
-      await postTimes(callback.url, 2);
-      assert.deepEqual(callback.requests, [1, 1]);
-    } finally {
-      await callback.close();
-    }
+    assert.deepEqual(requests, [1, 1]);
   });
   await t.step("both a content-length and chunks", async () => {
-    const callback = scriptedCallback(() =>
+    const { answers, requests } = await exchanges(() =>
       text(
         "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n" +
           "2\r\nok\r\n0\r\n\r\n",
-      )
-    );
-    try {
-      const answers = await postTimes(callback.url, 2);
-      assert.equal(answers[0].bodyPrefix, "ok", "read as chunked");
-      assert.deepEqual(callback.requests, [1, 1]);
-    } finally {
-      await callback.close();
-    }
+      ), 2);
+    assert.equal(answers[0].bodyPrefix, "ok", "read as chunked");
+    assert.deepEqual(requests, [1, 1]);
   });
   await t.step("the callback asked to close it", async () => {
-    const callback = scriptedCallback(() =>
-      text("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+    const { requests } = await exchanges(
+      () => text("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"),
+      2,
     );
-    try {
-      await postTimes(callback.url, 2);
-      assert.deepEqual(callback.requests, [1, 1]);
-    } finally {
-      await callback.close();
-    }
+    assert.deepEqual(requests, [1, 1]);
   });
 });
 
@@ -330,14 +226,9 @@ Deno.test("callback client: a request header cannot carry a line of its own", as
 
 Deno.test("callback client: a body cut short or malformed keeps the status, not the body", async (t) => {
   const answered = async (script: Script) => {
-    const callback = scriptedCallback(script);
-    try {
-      const answers = await postTimes(callback.url, 2);
-      assert.deepEqual(callback.requests, [1, 1], "the connection was not kept");
-      return answers[0];
-    } finally {
-      await callback.close();
-    }
+    const { answers, requests } = await exchanges(script, 2);
+    assert.deepEqual(requests, [1, 1], "the connection was not kept");
+    return answers[0];
   };
   await t.step("the connection closed mid-body", async () => {
     const answer = await answered(async function* () {

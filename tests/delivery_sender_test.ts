@@ -12,6 +12,7 @@ import { sendDelivery, type SenderOptions } from "../src/delivery/sender.ts";
 import { CallbackConnections } from "../src/delivery/callback_client.ts";
 import { CHECKED_ADDRESSES_TTL_MS, CheckedAddresses } from "../src/delivery/callback_target.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { scriptedCallback, text } from "./helpers/scripted_callback.ts";
 import { createTlsTestCertificates } from "../simulators/tls_certificates.ts";
 
 const SECRET = "whsec_test_secret_of_at_least_32_characters";
@@ -312,46 +313,22 @@ Deno.test("sender: a kept connection the callback dropped does not fail the atte
   // A callback that keeps its first connection open after answering, then drops it on the next
   // request without a byte of answer, as a server whose idle timeout just ran out does: the
   // HTTP client sends the request again on a new connection (to the same checked address).
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const requestsPerConnection: number[] = [];
-  const serving = (async () => {
-    for await (const conn of listener) {
-      const index = requestsPerConnection.push(0) - 1;
-      (async () => {
-        const buffer = new Uint8Array(65536);
-        let text = "";
-        while (true) {
-          const n = await conn.read(buffer).catch(() => null);
-          if (n === null) break;
-          text += new TextDecoder().decode(buffer.subarray(0, n));
-          const end = text.indexOf("\r\n\r\n");
-          const length = Number(/content-length: (\d+)/i.exec(text)?.[1] ?? 0);
-          if (end === -1 || text.length < end + 4 + length) continue;
-          text = text.slice(end + 4 + length);
-          requestsPerConnection[index]++;
-          if (index === 0 && requestsPerConnection[index] === 2) break; // drop it
-          await conn.write(
-            new TextEncoder().encode("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
-          );
-        }
-        conn.close();
-      })();
-    }
-  })().catch(() => {});
+  const callback = scriptedCallback((request, connection) =>
+    connection === 0 && request === 1
+      ? new Uint8Array(0)
+      : text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+  );
   const connections = new CallbackConnections();
   try {
-    const port = (listener.addr as Deno.NetAddr).port;
     const options = { ...open, connections };
-    const url = `http://127.0.0.1:${port}/hooks`;
-    assert.equal((await sendDelivery(request(url), options)).responseCode, 200);
-    const second = await sendDelivery(request(url), options);
+    assert.equal((await sendDelivery(request(callback.url), options)).responseCode, 200);
+    const second = await sendDelivery(request(callback.url), options);
     assert.equal(second.error, null);
     assert.equal(second.responseCode, 200);
-    assert.deepEqual(requestsPerConnection, [2, 1]);
+    assert.deepEqual(callback.requests, [2, 1]);
   } finally {
     connections.close();
-    listener.close();
-    await serving;
+    await callback.close();
   }
 });
 
