@@ -1262,7 +1262,8 @@ function deliveryResult(readings: {
       complete: readings.complete,
       seconds: drainSeconds,
       deliveries: drained,
-      perSecond: drainSeconds > 0 ? drained / drainSeconds : NaN,
+      // No rate for nothing drained: the backlog the queue still showed had reached the sink.
+      perSecond: drained > 0 && drainSeconds > 0 ? drained / drainSeconds : NaN,
       serviceCpuUsPerDelivery: drained > 0 ? drainCpu.service / drained * 1e6 : NaN,
       postgresCpuUsPerDelivery: drained > 0 ? drainCpu.postgres / drained * 1e6 : NaN,
     },

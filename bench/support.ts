@@ -359,6 +359,7 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
     core: options.core,
     args: [
       "run",
+      ...serviceDenoFlags(),
       ...servicePermissions(options.env),
       `${ROOT}/main.ts`,
       "serve",
@@ -377,6 +378,15 @@ export async function startService(prefix: string, options: ServiceOptions): Pro
   );
   server.url = `http://127.0.0.1:${listening.port}`;
   return server;
+}
+
+/**
+ * `deno run` flags for the service under test alone, from `BENCH_SERVICE_DENO_FLAGS` (split at
+ * spaces): a CPU profile (`--cpu-prof --cpu-prof-dir=DIR`) or V8's flags (`--v8-flags=--trace-gc`)
+ * without the baselines, the load generator and the CLI getting them too, as `DENO_V8_FLAGS` would.
+ */
+function serviceDenoFlags(): string[] {
+  return (Deno.env.get("BENCH_SERVICE_DENO_FLAGS") ?? "").split(" ").filter((flag) => flag !== "");
 }
 
 /**
