@@ -235,6 +235,27 @@ Deno.test("a simulator chain verifies with its root configured, and the chain is
   }
 });
 
+Deno.test("signing inputs of every size are checked as signed, one after another", async () => {
+  for (const engine of ENGINES) {
+    const { signer, jws, verifier } = await signedWith({}, {}, engine);
+    await verifier.verify(jws);
+    // Larger than the buffer signing inputs are written into, then smaller again: each is checked
+    // against its own bytes, none against what the one before left behind.
+    const large = await signer.signRaw({
+      ...signer.sampleTransaction(),
+      note: "x".repeat(100_000),
+    });
+    const small = await signer.signRaw({ ...signer.sampleTransaction(), transactionId: "7" });
+    assert.equal((await verifier.verify(large)).note, "x".repeat(100_000));
+    assert.equal((await verifier.verify(small)).transactionId, "7");
+    const [header, smallPayload, smallSignature] = small.split(".");
+    const [, largePayload, largeSignature] = large.split(".");
+    await rejects(verifier, `${header}.${largePayload}.${smallSignature}`, /signature/);
+    await rejects(verifier, `${header}.${smallPayload}.${largeSignature}`, /signature/);
+    assert.equal((await verifier.verify(small)).transactionId, "7");
+  }
+});
+
 Deno.test("a cached header still has its validity window and its signer checked", async () => {
   const validTo = Date.now() + 3_600_000;
   const { pki, signer, jws, verifier } = await signedWith({ leaf: { validTo } });
