@@ -389,10 +389,17 @@ export function parseOnly(text: string | undefined): BenchmarkName[] {
 }
 
 /** The command line as typed, for the line above each table. */
-function commandLine(args: string[]): string {
+/**
+ * The command named above each table. `--doc PATH` is left out: the caption stands on the page it
+ * names, and the path is only where that page was on the machine that ran it.
+ */
+export function commandLine(args: string[]): string {
   const quote = (arg: string) =>
     /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
-  return ["deno task bench", ...args.map(quote)].join(" ");
+  const named = args.filter((arg, i) =>
+    arg !== "--doc" && args[i - 1] !== "--doc" && !arg.startsWith("--doc=")
+  );
+  return ["deno task bench", ...named.map(quote)].join(" ");
 }
 
 /** Writes the sections into the page, then lets `deno fmt` lay the page out as it always does. */

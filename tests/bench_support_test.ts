@@ -24,7 +24,7 @@ import {
   replaceSection,
   replaceSections,
 } from "../bench/report.ts";
-import { parseOnly } from "../bench/all.ts";
+import { commandLine, parseOnly } from "../bench/all.ts";
 
 const WRK_REPORT = `Running 10s test @ http://127.0.0.1:8080/health
   2 threads and 100 connections
@@ -233,6 +233,18 @@ Deno.test("formatRunCaption says when, at what commit, by what command and where
     "Last run: 2026-11-21 09:09 UTC, commit 454b900, `deno task bench --only health`, on 2 " +
       "cores, linux 6.18.0 x86_64, Deno 2.9.6. Cores 0 and 1 were 3% and 0% busy in the second " +
       "before it began.",
+  );
+});
+
+Deno.test("commandLine names the run's flags but not the page's path", () => {
+  assert.equal(commandLine([]), "deno task bench");
+  assert.equal(
+    commandLine(["--only", "relay", "--doc", "/home/someone/checkout/docs/benchmarks.md"]),
+    "deno task bench --only relay",
+  );
+  assert.equal(
+    commandLine(["--doc=/tmp/page.md", "--duration", "2"]),
+    "deno task bench --duration 2",
   );
 });
 
