@@ -43,7 +43,8 @@ async function runLoop(config: {
   inFlight: number;
   client: PostLoopClient;
 }): Promise<SignedPostLoopResult> {
-  const body = await Deno.readTextFile(config.bodyFile);
+  // Its bytes, read once: the signature and every request are made of them, as the sender's are.
+  const body = await Deno.readFile(config.bodyFile);
   const post = config.client === "fetch" ? postWithFetch : postWithServiceClient(config.url);
   let sent = 0;
   let requests = 0;
@@ -77,14 +78,22 @@ async function runLoop(config: {
     seconds,
     perSecond: requests / seconds,
     inFlight: config.inFlight,
-    bodyBytes: new TextEncoder().encode(body).length,
+    bodyBytes: body.length,
     client: config.client,
   };
 }
 
-type Post = (url: string, headers: Record<string, string>, body: string) => Promise<number>;
+type Post = (
+  url: string,
+  headers: Record<string, string>,
+  body: Uint8Array<ArrayBuffer>,
+) => Promise<number>;
 
-async function postWithFetch(url: string, headers: Record<string, string>, body: string) {
+async function postWithFetch(
+  url: string,
+  headers: Record<string, string>,
+  body: Uint8Array<ArrayBuffer>,
+) {
   const response = await fetch(url, { method: "POST", headers, body });
   await response.body?.cancel();
   return response.status;

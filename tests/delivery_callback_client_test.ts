@@ -21,7 +21,7 @@ function target(url: string) {
 function post(overrides: Partial<CallbackPost> = {}): CallbackPost {
   return {
     headers: { "content-type": "application/json" },
-    body: '{"event":"test"}',
+    body: text('{"event":"test"}'),
     bodyLimit: 4096,
     signal: AbortSignal.timeout(5_000),
     ...overrides,
@@ -42,9 +42,12 @@ async function postTimes(url: string, count: number) {
   }
 }
 
-/** `count` POSTs one after the other on one pool to a callback answering as `script` says. */
-async function exchanges(script: Script, count: number) {
-  const callback = scriptedCallback(script);
+/**
+ * `count` POSTs one after the other on one pool to a callback answering as `script` says, or with
+ * the same text to every request.
+ */
+async function exchanges(script: Script | string, count: number) {
+  const callback = scriptedCallback(typeof script === "string" ? () => text(script) : script);
   try {
     return { answers: await postTimes(callback.url, count), requests: callback.requests };
   } finally {
@@ -55,7 +58,7 @@ async function exchanges(script: Script, count: number) {
 Deno.test("callback client: every framing of a body is read, and its connection kept when whole", async (t) => {
   await t.step("content-length", async () => {
     const { answers, requests } = await exchanges(
-      () => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+      "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
       3,
     );
     assert.deepEqual(answers.map((a) => [a.status, a.bodyPrefix]), [[200, "ok"], [200, "ok"], [
@@ -76,11 +79,11 @@ Deno.test("callback client: every framing of a body is read, and its connection 
     assert.deepEqual(requests, [2]);
   });
   await t.step("no body: 204, and interim answers before the final one", async () => {
-    const { answers, requests } = await exchanges(() =>
-      text(
-        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" +
-          "HTTP/1.1 204 No Content\r\nretry-after: 3\r\n\r\n",
-      ), 2);
+    const { answers, requests } = await exchanges(
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" +
+        "HTTP/1.1 204 No Content\r\nretry-after: 3\r\n\r\n",
+      2,
+    );
     assert.deepEqual(answers, [{ status: 204, retryAfter: "3", bodyPrefix: null }, {
       status: 204,
       retryAfter: "3",
@@ -104,7 +107,7 @@ Deno.test("callback client: every framing of a body is read, and its connection 
 Deno.test("callback client: an answer not read to its end closes its connection", async (t) => {
   await t.step("a body longer than the limit", async () => {
     const { answers, requests } = await exchanges(
-      () => text(`HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n${"é".repeat(5000)}`),
+      `HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n${"é".repeat(5000)}`,
       2,
     );
     // 4096 bytes: 2048 two-byte characters.
@@ -112,24 +115,21 @@ Deno.test("callback client: an answer not read to its end closes its connection"
     assert.deepEqual(requests, [1, 1]);
   });
   await t.step("bytes beyond the answer", async () => {
-    const { requests } = await exchanges(
-      () => text("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA"),
-      2,
-    );
+    const { requests } = await exchanges("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA", 2);
     assert.deepEqual(requests, [1, 1]);
   });
   await t.step("both a content-length and chunks", async () => {
-    const { answers, requests } = await exchanges(() =>
-      text(
-        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n" +
-          "2\r\nok\r\n0\r\n\r\n",
-      ), 2);
+    const { answers, requests } = await exchanges(
+      "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n" +
+        "2\r\nok\r\n0\r\n\r\n",
+      2,
+    );
     assert.equal(answers[0].bodyPrefix, "ok", "read as chunked");
     assert.deepEqual(requests, [1, 1]);
   });
   await t.step("the callback asked to close it", async () => {
     const { requests } = await exchanges(
-      () => text("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"),
+      "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
       2,
     );
     assert.deepEqual(requests, [1, 1]);
@@ -225,7 +225,7 @@ Deno.test("callback client: a request header cannot carry a line of its own", as
 });
 
 Deno.test("callback client: a body cut short or malformed keeps the status, not the body", async (t) => {
-  const answered = async (script: Script) => {
+  const answered = async (script: Script | string) => {
     const { answers, requests } = await exchanges(script, 2);
     assert.deepEqual(requests, [1, 1], "the connection was not kept");
     return answers[0];
@@ -238,14 +238,14 @@ Deno.test("callback client: a body cut short or malformed keeps the status, not 
     assert.deepEqual(answer, { status: 503, retryAfter: "9", bodyPrefix: null });
   });
   await t.step("a chunk size that is not hex", async () => {
-    const answer = await answered(() =>
-      text("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n")
+    const answer = await answered(
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
     );
     assert.deepEqual(answer, { status: 200, retryAfter: null, bodyPrefix: null });
   });
   await t.step("a chunk that does not end where its size says", async () => {
-    const answer = await answered(() =>
-      text("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd\r\n0\r\n\r\n")
+    const answer = await answered(
+      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabcd\r\n0\r\n\r\n",
     );
     assert.deepEqual(answer, { status: 200, retryAfter: null, bodyPrefix: null });
   });

@@ -10,10 +10,10 @@
  * `node:http`, like undici, costs twice the CPU per POST of the few steps a delivery needs.
  */
 import { RelayError } from "../errors.ts";
+import type { CheckedCallback } from "./callback_target.ts";
 
 /**
- * How long a connection to a callback is kept open, idle, for the next attempt (exported for the
- * tests). A callback that
+ * How long a connection to a callback is kept open, idle, for the next attempt. A callback that
  * closes it sooner costs nothing: an attempt whose kept connection turns out closed before any
  * byte of an answer is sent again on a new connection.
  */
@@ -51,20 +51,11 @@ export interface CallbackAnswer {
 /** One POST. */
 export interface CallbackPost {
   headers: Record<string, string>;
-  /** The body, as sent: its bytes, or text sent as UTF-8. */
-  body: string | Uint8Array;
+  /** The body's bytes, as sent (and signed). */
+  body: Uint8Array;
   bodyLimit: number;
   /** The attempt's deadline: connecting, sending and reading the answer. */
   signal: AbortSignal;
-}
-
-/** Where to POST: what the send-time check passed (src/delivery/callback_target.ts). */
-export interface PostTarget {
-  url: URL;
-  /** The host name (or address) of the URL, without brackets: for TLS and the `Host` header. */
-  host: string;
-  /** The addresses to connect to, in order; null to let the runtime resolve `host`. */
-  addresses: string[] | null;
 }
 
 /** An open connection to a callback, and where it leads. */
@@ -176,7 +167,7 @@ export class CallbackConnections {
  * is returned with a null `bodyPrefix`.
  */
 export async function postToCallback(
-  target: PostTarget,
+  target: CheckedCallback,
   post: CallbackPost,
   connections?: CallbackConnections,
 ): Promise<CallbackAnswer> {
@@ -196,7 +187,7 @@ export async function postToCallback(
 }
 
 /** The pool key: protocol, host, port and the checked addresses, in a canonical order. */
-function targetKey(target: PostTarget): string {
+function targetKey(target: CheckedCallback): string {
   const addresses = target.addresses === null ? "" : [...target.addresses].sort().join(",");
   return `${target.url.protocol}//${target.host}:${portOf(target.url)}|${addresses}`;
 }
@@ -206,8 +197,8 @@ function portOf(url: URL): number {
 }
 
 /** The request line, headers and body, as one buffer to write. */
-function requestBytes(target: PostTarget, post: CallbackPost): Uint8Array {
-  const body = typeof post.body === "string" ? encoder.encode(post.body) : post.body;
+function requestBytes(target: CheckedCallback, post: CallbackPost): Uint8Array {
+  const body = post.body;
   let head = `POST ${target.url.pathname}${target.url.search} HTTP/1.1\r\n` +
     `host: ${target.url.host}\r\n`;
   for (const [name, value] of Object.entries(post.headers)) {
@@ -229,7 +220,7 @@ function requestBytes(target: PostTarget, post: CallbackPost): Uint8Array {
  * Opens a connection to the first of the checked addresses that accepts one (or to the host, when
  * nothing was checked), then TLS for https, naming the host.
  */
-async function connect(target: PostTarget, signal: AbortSignal): Promise<Deno.Conn> {
+async function connect(target: CheckedCallback, signal: AbortSignal): Promise<Deno.Conn> {
   const port = portOf(target.url);
   const candidates = target.addresses ?? [target.host];
   let lastError: unknown = null;

@@ -334,13 +334,13 @@ function signingInput(parts: string[]): Uint8Array {
   return encoder.encode(`${parts[0]}.${parts[1]}`);
 }
 
-/** Room for the signing input of any JWS Apple signs (about 14 KB for a notification's). */
+/** Room for the signing input of the JWS Apple signs (about 19 KB for a notification's). */
 const scratch = new Uint8Array(64 * 1024);
 
 /**
  * `<header>.<payload>` as the bytes that were signed, written into one buffer kept for the purpose
  * instead of a new string and a new array for each JWS, three times per notification. A larger
- * input (only a forged JWS can be one) gets an array of its own.
+ * input gets an array of its own.
  */
 function signingInputInScratch(parts: string[]): Uint8Array {
   // At most three bytes per character; base64url is one.
