@@ -6,11 +6,14 @@
  *
  * It needs `--allow-env` (the configuration) and `--allow-run` for the running Deno executable,
  * nothing else. It stays in front of the service: SIGINT, SIGTERM and SIGHUP sent to it reach the
- * service once, and it exits with the service's exit code.
+ * service once, and it exits with the service's exit code. Its own end, however it comes (SIGKILL
+ * included), ends `serve` as SIGTERM would: the service's standard input is a pipe that only this
+ * script holds (src/launcher_pipe.ts).
  * @module
  */
 import { fileURLToPath } from "node:url";
 import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
+import { LAUNCHER_GREETING } from "../src/launcher_pipe.ts";
 
 const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
@@ -32,13 +35,26 @@ async function launch(args: string[]): Promise<number> {
     console.error(error instanceof Error ? error.message : String(error));
     return 2;
   }
+  // main.ts runs the service for exactly `serve`; anything else is a CLI command.
+  const serving = args.length === 1 && args[0] === "serve";
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", ...permissions, MAIN, ...args],
     env: serviceEnvironment(Deno.env.toObject()),
     // Its own process group: a terminal's Ctrl-C reaches this script, which passes it on once,
     // instead of reaching the service twice (a second signal during the drain ends it at once).
+    // The flip side: a signal to this script's group misses the service, hence the pipe below.
     detached: true,
+    // CLI commands keep this script's standard input: some read a secret from it (`-`).
+    stdin: serving ? "piped" : "inherit",
   }).spawn();
+  if (serving) {
+    // Never closed: it ends when this process does, which the service takes as SIGTERM.
+    const writer = child.stdin.getWriter();
+    writer.write(new TextEncoder().encode(LAUNCHER_GREETING)).catch(() => {
+      // the service already exited; its status says why
+    });
+    writer.closed.catch(() => {});
+  }
   // Under `deno task` a terminal's Ctrl-C arrives twice: once to this process's group, and once
   // passed on by the task runner. The copies come within milliseconds; a person's second Ctrl-C,
   // which should end the drain at once, comes later.

@@ -10,18 +10,22 @@ import { newId } from "./ids.ts";
 import { internalErrorResponse } from "./http/server.ts";
 import { createApp } from "./app.ts";
 import { dropStrayWriteAfterEnd } from "./stray_rejections.ts";
+import { launcherGone } from "./launcher_pipe.ts";
 
 /** Runs the service; resolves when it has shut down. */
 export async function serve(config: Config, log: Logger): Promise<void> {
   using _strayRejections = dropStrayWriteAfterEnd(log);
   await using app = await createApp(config, log);
-  const stopped = Promise.withResolvers<Deno.Signal>();
-  const onSignal = (signal: Deno.Signal) => () => stopped.resolve(signal);
+  const stopped = Promise.withResolvers<{ signal: Deno.Signal; cause?: "launcher_exited" }>();
+  const onSignal = (signal: Deno.Signal) => () => stopped.resolve({ signal });
   const signals: [Deno.Signal, () => void][] = [
     ["SIGTERM", onSignal("SIGTERM")],
     ["SIGINT", onSignal("SIGINT")],
   ];
   for (const [signal, handler] of signals) Deno.addSignalListener(signal, handler);
+  // Under scripts/launch.ts its end is a SIGTERM, whatever ended it: a SIGKILL of the launcher
+  // must not leave the service holding the port and DATA_DIR (src/launcher_pipe.ts).
+  launcherGone().then(() => stopped.resolve({ signal: "SIGTERM", cause: "launcher_exited" }));
   // After the first signal a second one ends the process at once, as the default action does.
   let listening = true;
   const stopListening = () => {
@@ -52,9 +56,9 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       cryptoEngine: app.cryptoEngine,
     });
 
-    const signal = await stopped.promise;
+    const stop = await stopped.promise;
     stopListening();
-    log.info("shutdown", { signal });
+    log.info("shutdown", stop);
     app.readiness.startDraining();
     // Let requests in flight finish, but not forever; then stop accepting and close.
     if (!await app.inFlight.drainWithin(config.shutdownTimeoutMs)) {
