@@ -53,8 +53,11 @@ export interface PushTokenClaimsInput {
   audience: string;
   /** `email`: the service account the push subscription authenticates as; any account. */
   email: string;
-  /** `email_verified`. Default `true`. */
-  emailVerified?: boolean;
+  /**
+   * `email_verified`. Default `true`. A string is signed as given: Google sends the boolean, and
+   * a verifier must refuse the string `"true"`.
+   */
+  emailVerified?: boolean | string;
   /** `iss`. Default `https://accounts.google.com`. */
   issuer?: string;
   /** `exp` - `iat`, in seconds. Default 3600; negative gives a token that has already expired. */

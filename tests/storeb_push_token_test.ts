@@ -168,6 +168,13 @@ Deno.test("push token: each check answers its code", async (t) => {
       await rejectsWith((await verify({ omit: ["email_verified"] })).result, "UNAUTHENTICATED");
     });
 
+    await t.step('UNAUTHENTICATED: email_verified a string, even "true"', async () => {
+      // Exactly the boolean true passes: a truthy or "true"-spelled value is not Google's claim.
+      for (const emailVerified of ["true", "TRUE", "1", "yes", "false"]) {
+        await rejectsWith((await verify({ emailVerified })).result, "UNAUTHENTICATED");
+      }
+    });
+
     await t.step("UNAUTHENTICATED: exp missing", async () => {
       await rejectsWith((await verify({ omit: ["exp"] })).result, "UNAUTHENTICATED");
     });

@@ -128,7 +128,7 @@ Deno.test("adversarial: store B pushes from a stranger's Google project are refu
     const post = (tenantId: string, body: unknown, token: string): Promise<JsonAnswer> =>
       postJson(endpoint(tenantId), body, { authorization: `Bearer ${token}` });
     /** A token as Google signs it for the push subscription of `email`'s project. */
-    const tokenFor = (tenantId: string, email: string, emailVerified = true) =>
+    const tokenFor = (tenantId: string, email: string, emailVerified: boolean | string = true) =>
       issuer.mint({ audience: audienceOf(tenantId), email, emailVerified });
 
     await t.step("the boot warns of the tenants stored without a push service account", () => {
@@ -193,6 +193,13 @@ Deno.test("adversarial: store B pushes from a stranger's Google project are refu
     await t.step("email_verified not true: 401 UNAUTHENTICATED", async () => {
       const token = await tokenFor(tenants.modern, TENANT_ACCOUNT, false);
       const answer = await post(tenants.modern, forgedRefund("ptok-unverified"), token);
+      assertError(answer, 401, "UNAUTHENTICATED");
+    });
+
+    await t.step('email_verified the string "true": 401 UNAUTHENTICATED', async () => {
+      // Google's claim is the boolean; a string that merely reads as true is not it.
+      const token = await tokenFor(tenants.modern, TENANT_ACCOUNT, "true");
+      const answer = await post(tenants.modern, forgedRefund("ptok-unverified-string"), token);
       assertError(answer, 401, "UNAUTHENTICATED");
     });
 
