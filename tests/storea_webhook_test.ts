@@ -440,6 +440,16 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
         ),
         /bundle id/,
       );
+      // The tenant's bundle id outside, another app's transaction inside, each properly signed:
+      // the transaction is what the delivery describes, so it must be the tenant's too.
+      const spliced = await signer.notificationPayload({
+        notificationType: "DID_RENEW",
+        bundleId: BUNDLE_ID,
+        transaction: transaction({ bundleId: "com.other.app" }),
+        appAppleId: APP_ID,
+      });
+      assert.equal(spliced.data.bundleId, BUNDLE_ID);
+      await expectInvalid(await signer.signNotification(spliced), /transaction.*bundle id/);
       await expectInvalid(
         await signer.signNotification(
           await signer.notificationPayload({
@@ -451,7 +461,8 @@ Deno.test("store A notifications in, signed deliveries out", async (t) => {
         /app id/,
       );
       const [{ count }] = await sql`
-        SELECT count(*)::int AS count FROM events WHERE external_id = ${good.notificationUUID}`;
+        SELECT count(*)::int AS count FROM events
+        WHERE external_id IN (${good.notificationUUID}, ${spliced.notificationUUID})`;
       assert.equal(count, 0);
     });
 
