@@ -68,6 +68,41 @@ Deno.test("auth: missing, malformed, unknown, revoked keys and inactive tenants"
   }
 });
 
+Deno.test("auth: a key revoked while the service runs is refused within one second", async () => {
+  // One process, so it runs on both engines (the replicas' test below needs PostgreSQL).
+  const service = await startService();
+  try {
+    const { key, keyId, tenantId } = await createTenantWithKey(service);
+    const kept = await service.cli("key", "create", tenantId, "--env", "test");
+    assert.equal(kept.code, 0, kept.stderr);
+    const use = async (token: string) => await codeOf(await verify(service.url, `Bearer ${token}`));
+    // The key stays in use, hence cached, until the revocation commits and after it.
+    const answers: string[] = [await use(key)];
+    let revokedAt: number | null = null;
+    const revoking = service.cli("key", "revoke", keyId).then((revoke) => {
+      assert.equal(revoke.code, 0, revoke.stderr);
+      // The command exits after its commit: from here on the key must go within a second.
+      revokedAt = Date.now();
+    });
+    while (revokedAt === null || Date.now() < revokedAt + 1000) {
+      answers.push(await use(key));
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    await revoking;
+    // Sent a second after the revocation: refused.
+    assert.equal(await use(key), "UNAUTHENTICATED");
+    assert.equal(answers[0], "CREDENTIALS_MISSING", "the key worked before its revocation");
+    // Once refused, refused for good: no cached copy of the key comes back.
+    const refused = answers.indexOf("UNAUTHENTICATED");
+    assert.ok(refused > 0, `never refused within the second: ${answers.length} answers`);
+    assert.deepEqual([...new Set(answers.slice(refused))], ["UNAUTHENTICATED"]);
+    // Only that key: the tenant's other key still authenticates.
+    assert.equal(await use(kept.json.key), "CREDENTIALS_MISSING");
+  } finally {
+    await stopAndDrop(service);
+  }
+});
+
 Deno.test({
   name: "auth: a revoked key is refused by every replica within one second",
   // Replicas run on PostgreSQL; the embedded engine serves one service process.
