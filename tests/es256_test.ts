@@ -7,9 +7,13 @@ import assert from "node:assert/strict";
 import { createECDH, createPublicKey } from "node:crypto";
 import {
   derSignature,
+  type EcdsaCurve,
+  type EcdsaHash,
   type Es256Engine,
   Es256EngineError,
+  importEcdsaKey,
   importEs256Key,
+  rawSignature,
   selectEs256Engine,
 } from "../src/crypto/es256.ts";
 
@@ -158,4 +162,69 @@ Deno.test("es256: without --allow-ffi, auto falls back to WebCrypto and openssl 
     refused: "CRYPTO_ENGINE_UNAVAILABLE: FFI is not permitted (--allow-ffi)",
   });
   assert.ok(new Es256EngineError("x") instanceof Error);
+});
+
+/** r || s of `size` bytes each as a DER `ECDSA-Sig-Value`, as certificates carry signatures. */
+function derOf(raw: Uint8Array, size: number): Uint8Array {
+  const integer = (bytes: Uint8Array) => {
+    let start = 0;
+    while (start < bytes.length - 1 && bytes[start] === 0) start++;
+    const value = bytes.subarray(start);
+    const pad = value[0] & 0x80 ? [0] : [];
+    return [0x02, pad.length + value.length, ...pad, ...value];
+  };
+  const body = [...integer(raw.subarray(0, size)), ...integer(raw.subarray(size))];
+  return new Uint8Array([0x30, body.length, ...body]);
+}
+
+Deno.test("ecdsa: certificate signatures on P-256 and P-384, with SHA-256 and SHA-384", async () => {
+  const cases: [EcdsaCurve, EcdsaHash, number][] = [
+    ["P-256", "SHA-256", 32],
+    ["P-256", "SHA-384", 32],
+    ["P-384", "SHA-384", 48],
+    ["P-384", "SHA-256", 48],
+  ];
+  for (const [curve, hash, size] of cases) {
+    const pair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: curve }, true, [
+      "sign",
+      "verify",
+    ]);
+    const spki = new Uint8Array(await crypto.subtle.exportKey("spki", pair.publicKey));
+    const keys = await Promise.all(ENGINES.map((engine) => importEcdsaKey(spki, curve, engine)));
+    for (let round = 0; round < 5; round++) {
+      const data = crypto.getRandomValues(new Uint8Array(100 + round * 300));
+      const raw = new Uint8Array(
+        await crypto.subtle.sign({ name: "ECDSA", hash }, pair.privateKey, data),
+      );
+      const der = derOf(raw, size);
+      assert.deepEqual(rawSignature(der, size), raw);
+      const other: EcdsaHash = hash === "SHA-256" ? "SHA-384" : "SHA-256";
+      const tampered = data.slice();
+      tampered[round] ^= 1;
+      for (const key of keys) {
+        const label = `${curve} ${hash} ${key.engine}`;
+        assert.equal(await key.verify(der, data, hash), true, label);
+        assert.equal(await key.verify(der, tampered, hash), false, label);
+        assert.equal(await key.verify(der, data, other), false, `${label}, other hash`);
+        assert.equal(await key.verify(der.subarray(0, der.length - 1), data, hash), false, label);
+      }
+    }
+    await assert.rejects(importEcdsaKey(spki, curve === "P-256" ? "P-384" : "P-256", "openssl"));
+  }
+});
+
+Deno.test("ecdsa: only minimal DER of two positive integers is a signature", () => {
+  const ok = new Uint8Array([0x30, 0x06, 0x02, 0x01, 0x05, 0x02, 0x01, 0x07]);
+  assert.deepEqual(Array.from(rawSignature(ok, 2)!), [0, 5, 0, 7]);
+  const refused: [string, number[]][] = [
+    ["leading zero", [0x30, 0x07, 0x02, 0x02, 0x00, 0x05, 0x02, 0x01, 0x07]],
+    ["negative", [0x30, 0x06, 0x02, 0x01, 0x85, 0x02, 0x01, 0x07]],
+    ["zero", [0x30, 0x06, 0x02, 0x01, 0x00, 0x02, 0x01, 0x07]],
+    ["trailing byte", [0x30, 0x07, 0x02, 0x01, 0x05, 0x02, 0x01, 0x07, 0x00]],
+    ["too wide", [0x30, 0x07, 0x02, 0x02, 0x01, 0x05, 0x02, 0x01, 0x07]],
+    ["not a sequence", [0x31, 0x06, 0x02, 0x01, 0x05, 0x02, 0x01, 0x07]],
+  ];
+  for (const [what, bytes] of refused) {
+    assert.equal(rawSignature(new Uint8Array(bytes), what === "too wide" ? 1 : 2), null, what);
+  }
 });

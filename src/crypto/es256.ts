@@ -1,7 +1,9 @@
 /**
  * ES256 signature checks (RFC 7518 3.4: ECDSA on P-256 with SHA-256) for keys that check many
  * signatures: the App Store's leaf key signs every JWS the service verifies, three per
- * notification.
+ * notification. The same engines check the ECDSA signatures of the certificates in Apple's chain
+ * (P-256 or P-384 keys, SHA-256 or SHA-384), so that a forged chain is refused by one native
+ * check (src/storea/jws.ts).
  *
  * Two engines do the same check. `webcrypto` is Deno's WebCrypto, always there. `openssl` is
  * the system's OpenSSL 3 libcrypto called through Deno's FFI: on the development machine it
@@ -31,8 +33,26 @@ export class Es256EngineError extends RelayError {
   }
 }
 
+/** A curve of the keys in Apple's chain. */
+export type EcdsaCurve = "P-256" | "P-384";
+
+/** The hash of a certificate's ECDSA signature (`ecdsa-with-SHA256` or `-SHA384`). */
+export type EcdsaHash = "SHA-256" | "SHA-384";
+
+/** An EC public key that checks certificate signatures. */
+export interface EcdsaVerifyingKey {
+  readonly engine: Es256Engine;
+  /**
+   * Whether `signature`, a DER `ECDSA-Sig-Value` as X.509 carries it, is a valid signature of
+   * `data` with `hash`.
+   */
+  verify(signature: Uint8Array, data: Uint8Array, hash: EcdsaHash): Promise<boolean>;
+}
+
 const ECDSA_P256 = { name: "ECDSA", namedCurve: "P-256" } as const;
 const ES256 = { name: "ECDSA", hash: "SHA-256" } as const;
+/** Bytes of each of r and s on a curve. */
+const SCALAR_BYTES: Record<EcdsaCurve, number> = { "P-256": 32, "P-384": 48 };
 
 /**
  * Where OpenSSL 3's libcrypto is installed, as absolute paths: Deno's `--allow-ffi=<path>` grants
@@ -75,7 +95,9 @@ const LIBCRYPTO_SYMBOLS = {
     result: "i32",
   },
   EVP_sha256: { parameters: [], result: "pointer" },
+  EVP_sha384: { parameters: [], result: "pointer" },
   SHA256: { parameters: ["buffer", "usize", "buffer"], result: "pointer" },
+  SHA384: { parameters: ["buffer", "usize", "buffer"], result: "pointer" },
   ERR_clear_error: { parameters: [], result: "void" },
 } as const;
 
@@ -143,10 +165,40 @@ export async function importEs256Key(
     ["verify"],
   );
   if (engine === "webcrypto") return new WebCryptoKey(key);
+  return new OpenSslKey(await openSslKeyOf(key));
+}
+
+/**
+ * Imports an EC public key on `curve` from its SubjectPublicKeyInfo DER, to check certificate
+ * signatures with `engine`; WebCrypto parses it first, as for {@linkcode importEs256Key}.
+ * @throws when the key is not a usable key on `curve`.
+ */
+export async function importEcdsaKey(
+  spki: Uint8Array,
+  curve: EcdsaCurve,
+  engine: Es256Engine,
+): Promise<EcdsaVerifyingKey> {
+  const key = await crypto.subtle.importKey(
+    "spki",
+    spki as Uint8Array<ArrayBuffer>,
+    { name: "ECDSA", namedCurve: curve },
+    true,
+    ["verify"],
+  );
+  if (engine === "webcrypto") return new WebCryptoCertificateKey(key, SCALAR_BYTES[curve]);
+  const native = await openSslKeyOf(key);
+  return {
+    engine: "openssl",
+    verify: (signature, data, hash) => Promise.resolve(native.verify(signature, data, hash)),
+  };
+}
+
+/** The OpenSSL key of a key WebCrypto parsed, from its canonical SubjectPublicKeyInfo. */
+async function openSslKeyOf(key: CryptoKey): Promise<OpenSslPublicKey> {
   const failure = await openLibcrypto();
   if (failure !== null) throw new Es256EngineError(failure);
   const canonical = new Uint8Array(await crypto.subtle.exportKey("spki", key));
-  return OpenSslKey.fromSpki(canonical);
+  return OpenSslPublicKey.fromSpki(canonical);
 }
 
 class WebCryptoKey implements Es256VerifyingKey {
@@ -168,30 +220,59 @@ class WebCryptoKey implements Es256VerifyingKey {
   }
 }
 
+class WebCryptoCertificateKey implements EcdsaVerifyingKey {
+  readonly engine = "webcrypto";
+  #key: CryptoKey;
+  #scalarBytes: number;
+
+  constructor(key: CryptoKey, scalarBytes: number) {
+    this.#key = key;
+    this.#scalarBytes = scalarBytes;
+  }
+
+  async verify(signature: Uint8Array, data: Uint8Array, hash: EcdsaHash): Promise<boolean> {
+    // WebCrypto takes r || s, each as wide as the curve's order.
+    const raw = rawSignature(signature, this.#scalarBytes);
+    if (raw === null) return false;
+    return await crypto.subtle.verify(
+      { name: "ECDSA", hash },
+      this.#key,
+      raw as Uint8Array<ArrayBuffer>,
+      data as Uint8Array<ArrayBuffer>,
+    );
+  }
+}
+
 /** Native handles of a key; freed when the key object is garbage-collected. */
 interface OpenSslHandles {
   pkey: Deno.PointerValue;
-  context: Deno.PointerValue;
+  /** One verification context per hash used, made on first use. */
+  contexts: Deno.PointerValue[];
 }
 
-const openSslHandles = new FinalizationRegistry<OpenSslHandles>(({ pkey, context }) => {
+const openSslHandles = new FinalizationRegistry<OpenSslHandles>(({ pkey, contexts }) => {
   const symbols = libcryptoSymbols();
-  symbols.EVP_PKEY_CTX_free(context);
+  for (const context of contexts) symbols.EVP_PKEY_CTX_free(context);
   symbols.EVP_PKEY_free(pkey);
 });
 
-class OpenSslKey implements Es256VerifyingKey {
-  readonly engine = "openssl";
-  // One context per key, initialised once: EVP_PKEY_verify may be called on it repeatedly.
-  #context: Deno.PointerValue;
-  // Scratch space for the digest; JavaScript runs one verification at a time.
-  #digest = new Uint8Array(32);
+/** Digest lengths, and scratch space for each: JavaScript runs one verification at a time. */
+const DIGESTS: Record<EcdsaHash, Uint8Array> = {
+  "SHA-256": new Uint8Array(32),
+  "SHA-384": new Uint8Array(48),
+};
 
-  private constructor(context: Deno.PointerValue) {
-    this.#context = context;
+/** An EC public key in libcrypto, checking DER signatures synchronously. */
+class OpenSslPublicKey {
+  #handles: OpenSslHandles;
+  // One context per hash, initialised once: EVP_PKEY_verify may be called on it repeatedly.
+  #contexts = new Map<EcdsaHash, Deno.PointerValue>();
+
+  private constructor(handles: OpenSslHandles) {
+    this.#handles = handles;
   }
 
-  static fromSpki(spki: Uint8Array): OpenSslKey {
+  static fromSpki(spki: Uint8Array): OpenSslPublicKey {
     const symbols = libcryptoSymbols();
     // A memory BIO over the key rather than d2i_PUBKEY's pointer to a pointer: taking a
     // buffer's address (Deno.UnsafePointer.of) needs an unscoped --allow-ffi.
@@ -203,36 +284,63 @@ class OpenSslKey implements Es256VerifyingKey {
       symbols.ERR_clear_error();
       throw new Es256EngineError("libcrypto could not read the public key");
     }
-    const context = symbols.EVP_PKEY_CTX_new(pkey, null);
+    const key = new OpenSslPublicKey({ pkey, contexts: [] });
+    openSslHandles.register(key, key.#handles);
+    // Made now, so that a key libcrypto cannot check with fails here rather than at each check.
+    key.#contextFor("SHA-256");
+    return key;
+  }
+
+  #contextFor(hash: EcdsaHash): Deno.PointerValue {
+    let context = this.#contexts.get(hash);
+    if (context !== undefined) return context;
+    const symbols = libcryptoSymbols();
+    context = symbols.EVP_PKEY_CTX_new(this.#handles.pkey, null);
+    const md = hash === "SHA-256" ? symbols.EVP_sha256() : symbols.EVP_sha384();
     if (
       context === null || symbols.EVP_PKEY_verify_init(context) !== 1 ||
-      symbols.EVP_PKEY_CTX_set_signature_md(context, symbols.EVP_sha256()) !== 1
+      symbols.EVP_PKEY_CTX_set_signature_md(context, md) !== 1
     ) {
       if (context !== null) symbols.EVP_PKEY_CTX_free(context);
-      symbols.EVP_PKEY_free(pkey);
       symbols.ERR_clear_error();
-      throw new Es256EngineError("libcrypto could not set up an ES256 verification");
+      throw new Es256EngineError("libcrypto could not set up an ECDSA verification");
     }
-    const key = new OpenSslKey(context);
-    openSslHandles.register(key, { pkey, context });
-    return key;
+    this.#handles.contexts.push(context);
+    this.#contexts.set(hash, context);
+    return context;
+  }
+
+  /** Whether `der` (an `ECDSA-Sig-Value`) signs `data` with `hash`. */
+  verify(der: Uint8Array, data: Uint8Array, hash: EcdsaHash): boolean {
+    const symbols = libcryptoSymbols();
+    const context = this.#contextFor(hash);
+    const digest = DIGESTS[hash];
+    if (hash === "SHA-256") symbols.SHA256(data, BigInt(data.length), digest);
+    else symbols.SHA384(data, BigInt(data.length), digest);
+    const result = symbols.EVP_PKEY_verify(
+      context,
+      der,
+      BigInt(der.length),
+      digest,
+      BigInt(digest.length),
+    );
+    // A failed check leaves entries on OpenSSL's per-thread error queue; they would pile up.
+    if (result !== 1) symbols.ERR_clear_error();
+    return result === 1;
+  }
+}
+
+class OpenSslKey implements Es256VerifyingKey {
+  readonly engine = "openssl";
+  #key: OpenSslPublicKey;
+
+  constructor(key: OpenSslPublicKey) {
+    this.#key = key;
   }
 
   verify(signature: Uint8Array, data: Uint8Array): Promise<boolean> {
     if (signature.length !== 64) return Promise.resolve(false);
-    const symbols = libcryptoSymbols();
-    const der = derSignature(signature);
-    symbols.SHA256(data, BigInt(data.length), this.#digest);
-    const result = symbols.EVP_PKEY_verify(
-      this.#context,
-      der,
-      BigInt(der.length),
-      this.#digest,
-      32n,
-    );
-    // A failed check leaves entries on OpenSSL's per-thread error queue; they would pile up.
-    if (result !== 1) symbols.ERR_clear_error();
-    return Promise.resolve(result === 1);
+    return Promise.resolve(this.#key.verify(derSignature(signature), data, "SHA-256"));
   }
 }
 
@@ -269,13 +377,38 @@ function derInteger(bytes: Uint8Array): Uint8Array {
   return der;
 }
 
+/**
+ * A DER `ECDSA-Sig-Value` as r || s, each left-padded to `size` bytes; null when it is not
+ * minimal DER of two positive integers that fit.
+ */
+export function rawSignature(der: Uint8Array, size: number): Uint8Array | null {
+  if (der.length < 8 || der[0] !== 0x30 || der[1] !== der.length - 2 || der[1] > 0x7f) return null;
+  const raw = new Uint8Array(size * 2);
+  let offset = 2;
+  for (const half of [0, 1]) {
+    if (der[offset] !== 0x02) return null;
+    const length = der[offset + 1];
+    const start = offset + 2;
+    if (length === 0 || length > 0x7f || start + length > der.length) return null;
+    let value = der.subarray(start, start + length);
+    // Minimal and positive: no sign bit, and a leading zero only in front of one.
+    if (value[0] & 0x80) return null;
+    if (value[0] === 0 && (value.length === 1 || !(value[1] & 0x80))) return null;
+    if (value[0] === 0) value = value.subarray(1);
+    if (value.length > size) return null;
+    raw.set(value, half * size + size - value.length);
+    offset = start + length;
+  }
+  return offset === der.length ? raw : null;
+}
+
 async function passesSelfTest(): Promise<boolean> {
   try {
     const pair = await crypto.subtle.generateKey(ECDSA_P256, true, ["sign", "verify"]);
     const data = new TextEncoder().encode("purchase-relay ES256 self-test");
     const signature = new Uint8Array(await crypto.subtle.sign(ES256, pair.privateKey, data));
     const spki = new Uint8Array(await crypto.subtle.exportKey("spki", pair.publicKey));
-    const key = OpenSslKey.fromSpki(spki);
+    const key = new OpenSslKey(OpenSslPublicKey.fromSpki(spki));
     const tampered = data.slice();
     tampered[0] ^= 1;
     return await key.verify(signature, data) && !await key.verify(signature, tampered);
