@@ -60,9 +60,10 @@ export interface StoreaTestPkiOptions extends CertificateValidity {
   /**
    * `"root"` signs the leaf with the root key (its issuer name and authority key id then
    * name the root), so the leaf's signature does not verify with the intermediate's key.
-   * Default `"intermediate"`.
+   * `"stranger"` names the intermediate as the leaf's issuer, as a forger would, but signs the
+   * leaf with a key of its own. Default `"intermediate"`.
    */
-  leafSignedBy?: "intermediate" | "root";
+  leafSignedBy?: "intermediate" | "root" | "stranger";
   /**
    * Writes this common name as the leaf's issuer while still signing it with the
    * intermediate key: a chain whose signatures verify but whose names do not chain.
@@ -139,6 +140,9 @@ export async function createStoreaTestPki(
     markerOid: options.intermediateMarker === false ? null : STOREA_INTERMEDIATE_MARKER_OID,
   });
   const leafByRoot = options.leafSignedBy === "root";
+  const strangerKeys = options.leafSignedBy === "stranger"
+    ? await generateEcKeyPair("P-384")
+    : null;
   const leafIssuerName = options.leafIssuerCommonName !== undefined
     ? distinguishedName(options.leafIssuerCommonName)
     : leafByRoot
@@ -149,7 +153,7 @@ export async function createStoreaTestPki(
     issuer: leafIssuerName,
     validity: validityOf(options, options.leaf, 2 * 365 * DAY_MS),
     subjectKeys: leafKeys,
-    issuerKeys: leafByRoot ? rootKeys : intermediateKeys,
+    issuerKeys: strangerKeys ?? (leafByRoot ? rootKeys : intermediateKeys),
     ca: null,
     keyUsage: KEY_USAGE_DIGITAL_SIGNATURE,
     markerOid: options.leafMarker === false ? null : STOREA_LEAF_MARKER_OID,
@@ -163,6 +167,37 @@ export async function createStoreaTestPki(
     leafPublicKey: leafKeys.publicKey,
     certificates: { leaf, intermediate, root },
   };
+}
+
+/** A leaf made by {@linkcode forgeStoreaLeaf}, and the key that signs JWS under it. */
+export interface ForgedStoreaLeaf {
+  /** Standard base64 of the leaf's DER, for `x5c[0]`. */
+  x5c: string;
+  /** The P-256 key of the leaf, which signs JWS that then verify with the leaf's key. */
+  privateKey: CryptoKey;
+}
+
+/**
+ * A leaf anyone can make, for tests and benchmarks of the verifier's refusals: it names the
+ * certificate `intermediateDer` (Apple's real intermediate, say) as its issuer, byte for byte, and
+ * carries Apple's leaf marker, but it is signed with its own key, so it does not verify with the
+ * intermediate's. A JWS signed with `privateKey` verifies with the leaf's key.
+ */
+export async function forgeStoreaLeaf(intermediateDer: Uint8Array): Promise<ForgedStoreaLeaf> {
+  const keys = await generateEcKeyPair("P-256");
+  const intermediate = pkijs.Certificate.fromBER(intermediateDer as Uint8Array<ArrayBuffer>);
+  const leaf = await issueCertificate({
+    subject: distinguishedName(STOREA_TEST_NAMES.leaf),
+    issuer: intermediate.subject,
+    validity: validityOf({}, undefined, 2 * 365 * DAY_MS),
+    subjectKeys: keys,
+    issuerKeys: keys,
+    ca: null,
+    keyUsage: KEY_USAGE_DIGITAL_SIGNATURE,
+    markerOid: STOREA_LEAF_MARKER_OID,
+    authorityKeyIdentifier: false,
+  });
+  return { x5c: leaf.toBase64(), privateKey: keys.privateKey };
 }
 
 /**
@@ -191,6 +226,8 @@ interface CertificateRequest {
   ca: { pathLength: number | null } | null;
   keyUsage: Uint8Array;
   markerOid: string | null;
+  /** `false` leaves out the authority key identifier; default: present unless self-signed. */
+  authorityKeyIdentifier?: boolean;
 }
 
 /** Builds, signs (ECDSA with SHA-384, like Apple) and DER-encodes one certificate. */
@@ -215,7 +252,7 @@ async function issueCertificate(request: CertificateRequest): Promise<Uint8Array
     extension("2.5.29.15", true, request.keyUsage),
     extension("2.5.29.14", false, octetString(await keyIdentifier(request.subjectKeys))),
   ];
-  if (request.issuerKeys !== request.subjectKeys) {
+  if (request.issuerKeys !== request.subjectKeys && request.authorityKeyIdentifier !== false) {
     const authorityKeyId = new pkijs.AuthorityKeyIdentifier({
       keyIdentifier: new asn1js.OctetString({ valueHex: await keyIdentifier(request.issuerKeys) }),
     });

@@ -172,6 +172,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
       timeoutMs: config.upstreamTimeoutMs,
     }),
     jws: storeaJws,
+    storeaNotificationMaxAgeMs: config.storeaNotificationMaxAgeMs,
     pushTokens: new PushTokenVerifier({
       certsUrl: config.storebOidcCertsUrl,
       issuers: config.storebOidcIssuers,

@@ -66,6 +66,8 @@ export interface Config {
   storeaApiUrlSandbox: string;
   /** Paths of root certificates that replace the built-in pin; empty keeps the pin. */
   storeaRootCerts: string[];
+  /** How old a posted store A notification may be, by its `signedDate`. */
+  storeaNotificationMaxAgeMs: number;
   /** What checks ES256 signatures: OpenSSL through FFI, WebCrypto, or the first that works. */
   cryptoEngine: "auto" | "openssl" | "webcrypto";
   /** The deadline of one verification's store calls, retries included. */
@@ -436,6 +438,17 @@ export const CONFIG_GROUPS = [
         defaultText: "unset: the built-in Apple Root CA - G3 pin",
         description:
           "Root certificates trusted for signed store A data instead of the pin, for the simulators' test PKI. Read at boot: an unreadable or invalid file stops it (`CONFIG_INVALID`). Leave unset in production (where it logs `storea_root_certs_replace_pin`).",
+      }),
+      variable({
+        name: "STOREA_NOTIFICATION_MAX_AGE",
+        field: "storeaNotificationMaxAgeMs",
+        parser: duration,
+        default: "10d",
+        check: (value) => {
+          if ((value as number) < 3_600_000) throw new InvalidValue("is shorter than 1h");
+        },
+        description:
+          "How long after Apple signed it (`signedDate`) a notification posted to the receiver is still accepted; older ones get 401 `SIGNATURE_INVALID` and the log line `storea_notification_too_old`, since anyone holding an old genuine notification could post it again. The default covers Apple's retries (five, the last about 6.5 days after the first attempt) with room to spare; keys of events are kept at least this long (see [Retention](#retention)). Notifications recovered from Apple's history are not subject to it. See [Old notifications](#old-notifications).",
       }),
       variable({
         name: "CRYPTO_ENGINE",

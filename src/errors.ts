@@ -95,12 +95,13 @@ export const UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS = 60;
 export function rateLimited(
   message: string,
   retryAfterSeconds: number,
-  options: { upstreamStatus?: number } = {},
+  options: { upstreamStatus?: number; cause?: unknown } = {},
 ): ServiceError {
   const seconds = Math.max(1, Math.ceil(retryAfterSeconds));
   return new ServiceError("RATE_LIMITED", message, {
     details: { retryAfterSeconds: seconds },
     headers: { "Retry-After": String(seconds) },
     upstreamStatus: options.upstreamStatus,
+    cause: options.cause,
   });
 }

@@ -13,10 +13,16 @@ import {
   storebPush,
 } from "../simulators/mod.ts";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
-import { verifyStoreaNotification } from "../src/storea/notification.ts";
+import {
+  type StoreaNotificationOrigin,
+  verifyStoreaNotification,
+} from "../src/storea/notification.ts";
 import { PushTokenVerifier } from "../src/storeb/push_token.ts";
 import { decodeStorebNotification, pushEnvelopeSchema } from "../src/storeb/notification.ts";
 import { classifyStorea, classifyStoreb, namedNotificationTypes } from "../src/events/catalog.ts";
+
+/** Posted to the receiver, as a store posts them, with the default age limit. */
+const POSTED: StoreaNotificationOrigin = { via: "receiver", maxAgeMs: 10 * 86_400_000 };
 
 const BUNDLE_ID = "com.example.tests";
 const ORIGINAL_TRANSACTION_ID = "2000000987654321";
@@ -63,7 +69,7 @@ Deno.test("store A: every named type is signed, verified and classified as its t
       productId: PRODUCT_ID,
     });
     assert.equal(payload.notificationType, type);
-    const verified = await verifyStoreaNotification(jws, body.signedPayload, CREDENTIALS);
+    const verified = await verifyStoreaNotification(jws, body.signedPayload, CREDENTIALS, POSTED);
     const entry = classifyStorea(verified.payload, verified.transaction);
     const label = `${type}${subtype ? ` (${subtype})` : ""}`;
     assert.notEqual(entry.event, "unknown", label);
@@ -94,7 +100,7 @@ Deno.test("store A: a type's state is in its transaction and renewal info", asyn
       ...CREDENTIALS,
       bundleId: signer.bundleId,
       appId: null,
-    });
+    }, POSTED);
   };
   const expired = await make("EXPIRED", "BILLING_RETRY");
   assert.ok((expired.transaction!.expiresDate as number) < Date.now());

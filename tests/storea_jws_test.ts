@@ -12,9 +12,14 @@ import {
   MAX_HEADER_CHARS,
   readRootCertificates,
   StoreaJwsVerifier,
+  UnseenChainBudgetError,
 } from "../src/storea/jws.ts";
 import { createHash } from "node:crypto";
-import { createStoreaTestPki, type StoreaTestPkiOptions } from "../simulators/storea_pki.ts";
+import {
+  createStoreaTestPki,
+  forgeStoreaLeaf,
+  type StoreaTestPkiOptions,
+} from "../simulators/storea_pki.ts";
 import { StoreaSigner } from "../simulators/storea_signer.ts";
 import type { Es256Engine } from "../src/crypto/es256.ts";
 
@@ -285,6 +290,10 @@ Deno.test("every broken chain is rejected with its reason", async () => {
     [{ leafIssuerCommonName: "Someone Else" }, /leaf is not signed by the intermediate/],
     [{ leaf: { validTo: Date.now() - 3_600_000 } }, /not valid at signedDate/],
     [{ intermediate: { validFrom: Date.now() + 3_600_000 } }, /not valid at signedDate/],
+    // The trusted root's own validity counts too, though it is configured, not presented.
+    [{ root: { validTo: Date.now() - 3_600_000 } }, /not valid at signedDate/],
+    [{ root: { validFrom: Date.now() + 3_600_000 } }, /not valid at signedDate/],
+    [{ leafSignedBy: "stranger" }, /leaf is not signed by the intermediate/],
   ];
   for (const [options, reason] of cases) {
     const { jws, verifier } = await signedWith(options);
@@ -441,9 +450,85 @@ Deno.test("the chain cache keeps at most CHAIN_CACHE_LIMIT chains, the most rece
   }
   const all = new StoreaJwsVerifier({ rootCertificates: roots });
   for (const signer of signers) {
-    await all.verify(await signer.signRaw(signer.sampleTransaction()));
+    // From the store: so many new chains at once would spend the budget of chains from anyone.
+    await all.verify(await signer.signRaw(signer.sampleTransaction()), { from: "store" });
     // The first chain is used all along, so it is never the least recently used.
     await all.verify(first.jws);
   }
   assert.equal(all.cachedChains, CHAIN_CACHE_LIMIT);
+});
+
+/** A JWS of `signer`'s sample transaction under a leaf forged against `pki`'s intermediate. */
+async function forgedJws(pki: Awaited<ReturnType<typeof createStoreaTestPki>>): Promise<string> {
+  const forged = await forgeStoreaLeaf(pki.certificates.intermediate);
+  const signer = new StoreaSigner({
+    ...pki,
+    x5c: [forged.x5c, pki.x5c[1], pki.x5c[2]],
+    leafPrivateKey: forged.privateKey,
+  });
+  return await signer.signRaw(signer.sampleTransaction());
+}
+
+Deno.test("a forged leaf under a verified intermediate is refused by the kept intermediate", async () => {
+  for (const engine of ENGINES) {
+    const honest = await signedWith({}, {}, engine);
+    const { pki, verifier } = honest;
+    await verifier.verify(honest.jws);
+    // Leaves anyone can make: Apple's marker, the intermediate named byte for byte as the issuer,
+    // signed with their own keys. Each JWS verifies with its leaf, so each chain is checked, but
+    // against the intermediate already verified: its key decides, the roots are not asked again.
+    for (let i = 0; i < 4; i++) {
+      await rejects(verifier, await forgedJws(pki), /leaf is not signed by the intermediate/);
+    }
+    assert.equal(verifier.chainChecks, 5);
+    assert.equal(verifier.intermediateChecks, 1, engine);
+    assert.equal(verifier.cachedChains, 1);
+  }
+});
+
+Deno.test("unseen chains from anyone are refused past the budget, never a verified one", async () => {
+  let now = 0;
+  const honest = await signedWith();
+  const other = await createStoreaTestPki();
+  const otherSigner = new StoreaSigner(other);
+  const verifier = new StoreaJwsVerifier({
+    rootCertificates: [honest.pki.rootDer, other.rootDer],
+    engine: "openssl",
+    unseenChainBudget: { perSecond: 1, burst: 3, now: () => now },
+  });
+  await verifier.verify(honest.jws);
+  const forgeries = await Promise.all(Array.from({ length: 8 }, () => forgedJws(honest.pki)));
+  // Two tokens left: two forged chains are checked and refused for what they are...
+  for (const jws of forgeries.slice(0, 2)) {
+    await rejects(verifier, jws, /leaf is not signed by the intermediate/);
+  }
+  // ...the rest are refused unchecked, with the wait for the next token.
+  for (const jws of forgeries.slice(2)) {
+    await assert.rejects(verifier.verify(jws), (error: unknown) => {
+      assert.ok(error instanceof UnseenChainBudgetError, `got ${error}`);
+      assert.ok(error.retryAfterSeconds > 0 && error.retryAfterSeconds <= 1);
+      return true;
+    });
+  }
+  assert.equal(verifier.chainChecks, 3);
+  assert.equal(verifier.unseenChainsRefused, 6);
+  // A chain refused before is known by its digest, budget or not: refused for what it is.
+  await rejects(verifier, forgeries[0], /leaf is not signed by the intermediate/);
+
+  // With the budget spent, what verified before still verifies: the same header, and the same
+  // chain under a header spelled anew.
+  await verifier.verify(honest.jws);
+  const respelled = await honest.signer.signRaw(honest.signer.sampleTransaction(), { kid: "x" });
+  assert.notEqual(respelled.split(".")[0], honest.jws.split(".")[0]);
+  await verifier.verify(respelled);
+  // A genuine chain never seen waits for the budget when anyone posts it; read from the store's
+  // own API it is checked at once.
+  const fresh = await otherSigner.signRaw(otherSigner.sampleTransaction());
+  await assert.rejects(verifier.verify(fresh), UnseenChainBudgetError);
+  await verifier.verify(fresh, { from: "store" });
+  await verifier.verify(fresh);
+  // The budget refills with time.
+  now += 1_000;
+  await rejects(verifier, forgeries[7], /leaf is not signed by the intermediate/);
+  await assert.rejects(verifier.verify(forgeries[6]), UnseenChainBudgetError);
 });

@@ -4,31 +4,46 @@
  * `signedTransactionInfo` / `signedRenewalInfo`).
  *
  * A JWS carries its certificate chain in `x5c`: leaf, intermediate, root. Anyone can post one to
- * a receiver, so the work done before its signature verifies is small and bounded: the header
- * and each certificate are size-capped and decoded strictly (canonical base64, no whitespace, so
- * one certificate has one spelling), and the signature is checked with the leaf's key (one ES256
- * verification) before the chain is. Only then is the chain checked, once, and cached under the
- * exact text of the protected header that carried it, in a small LRU whose entries hold a key and
- * two dates, not the certificates. After that a JWS with the same header costs one ES256
- * verification, the payload's decoding and a time check against the chain's validity window: its
- * header is neither decoded nor hashed again, since the same text decodes to the same chain. A JWS
- * whose signature fails caches nothing.
+ * a receiver, so a refusal must cost the service less than the JWS cost its sender, and the checks
+ * run cheapest first (docs/architecture.md, "The certificate chain check"):
  *
- * Anyone can also make a leaf of their own, name Apple's intermediate as its issuer, and sign
- * with its key: the signature then verifies and the chain is checked. The chain's checks that need
- * no signature (names, markers, the CA flag) come first, and a chain whose checks failed is
- * remembered, by digest, in a bounded cache of its own: the same forged chain sent again costs its
- * ES256 verification only, not the certificates' signatures again.
+ * 1. a header seen before with a chain that verified: one ES256 check with the cached leaf key,
+ *    the payload's decoding and a time check; the header is neither decoded nor hashed again;
+ * 2. otherwise the header is decoded, each certificate strictly (canonical base64, size-capped, so
+ *    one certificate has one spelling), and the chain is known by the digest of its certificates:
+ *    a chain refused before is refused at once, a chain verified before costs its ES256 check;
+ * 3. a chain never seen, from anyone (a receiver), spends a token of a small budget, and is
+ *    refused before any cryptography when none is left ({@linkcode UnseenChainBudgetError}). A
+ *    store's genuine chains are few and stay cached once verified, so the budget never refuses
+ *    them; JWS read from the store's own API (verify answers, recovery) spend none;
+ * 4. the leaf's ES256 signature of the JWS, then the leaf's certificate against an intermediate
+ *    already verified up to a trusted root (its key kept, in a bounded cache filled only after that
+ *    check): names, marker, then one native ECDSA check. Only an intermediate never seen is itself
+ *    checked against the roots.
+ *
+ * Verified chains are cached by header text and by digest, refused chains by digest, all bounded.
+ * A JWS whose signature fails caches nothing: anyone can put a genuine chain under garbage.
  */
-import * as pkijs from "pkijs";
 import { createHash } from "node:crypto";
 import { decodeUtf8Strict, isJsonObject } from "../json.ts";
-import { type Es256Engine, type Es256VerifyingKey, importEs256Key } from "../crypto/es256.ts";
+import {
+  type EcdsaVerifyingKey,
+  type Es256Engine,
+  type Es256VerifyingKey,
+  importEcdsaKey,
+  importEs256Key,
+} from "../crypto/es256.ts";
+import {
+  type Certificate,
+  CertificateError,
+  isCertificateAuthority,
+  readCertificate,
+  sameBytes,
+} from "../crypto/x509.ts";
 import { RelayError } from "../errors.ts";
 import { recordCacheLookup } from "../telemetry.ts";
 import { setBounded } from "../cache.ts";
-
-pkijs.setEngine("deno", new pkijs.CryptoEngine({ name: "deno", crypto }));
+import { TokenBucket } from "../token_bucket.ts";
 
 /** SHA-256 of Apple Root CA - G3, the built-in trust anchor. */
 export const APPLE_ROOT_CA_G3_SHA256 =
@@ -47,20 +62,27 @@ export const MAX_HEADER_CHARS = 48 * 1024;
 const LEAF_MARKER_OID = "1.2.840.113635.100.6.11.1";
 /** Apple's marker extension on the Worldwide Developer Relations intermediate. */
 const INTERMEDIATE_MARKER_OID = "1.2.840.113635.100.6.2.1";
-const BASIC_CONSTRAINTS_OID = "2.5.29.19";
 /** Certificate validity is judged at `signedDate`, give or take this much clock skew. */
 const VALIDITY_TOLERANCE_MS = 60_000;
 /**
  * How many verified chains are remembered; Apple rotates its leaf about once a year. Each entry
  * is a header's text (Apple's are about 7 KB, MAX_HEADER_CHARS at most), a key and two dates, so
- * this bounds the cache's bytes too: 1.5 MB at most.
+ * this bounds the cache's bytes too: 1.5 MB at most. The same bound holds chains by digest.
  */
 export const CHAIN_CACHE_LIMIT = 32;
+/** How many intermediates verified up to a trusted root are remembered, with their keys. */
+export const INTERMEDIATE_CACHE_LIMIT = 8;
 /**
  * How many refused chains are remembered (a digest and a reason each): a refusal depends on the
  * chain and the trusted roots alone, which do not change while the process runs.
  */
 export const REFUSED_CHAIN_LIMIT = 1_024;
+/**
+ * Chains never seen before that JWS from anyone may bring, per second and at once
+ * (docs/operations.md, "Forged certificate chains"). A genuine one is checked once per process
+ * and then cached; past the budget an unseen chain is refused before any cryptography.
+ */
+export const UNSEEN_CHAIN_BUDGET = { perSecond: 2, burst: 10 } as const;
 const CERTIFICATE_ROLES = ["leaf", "intermediate", "root"] as const;
 
 const encoder = new TextEncoder();
@@ -69,6 +91,23 @@ const encoder = new TextEncoder();
 export class JwsInvalidError extends RelayError {
   constructor(reason: string) {
     super("SIGNATURE_INVALID", reason);
+  }
+}
+
+/**
+ * A JWS from anyone whose certificate chain was never seen, refused unchecked because the
+ * budget of such chains is spent; it may be sent again after `retryAfterSeconds`.
+ */
+export class UnseenChainBudgetError extends RelayError {
+  readonly retryAfterSeconds: number;
+
+  constructor(retryAfterSeconds: number) {
+    super(
+      "RATE_LIMITED",
+      "too many notifications signed by certificate chains this service has not verified yet; " +
+        "retry later",
+    );
+    this.retryAfterSeconds = retryAfterSeconds;
   }
 }
 
@@ -83,6 +122,18 @@ export interface StoreaJwsVerifierOptions {
   now?: () => number;
   /** What checks the ES256 signatures (`selectEs256Engine`); WebCrypto when absent. */
   engine?: Es256Engine;
+  /** The budget of unseen chains from anyone; {@linkcode UNSEEN_CHAIN_BUDGET} when absent. */
+  unseenChainBudget?: { perSecond: number; burst: number; now?: () => number };
+}
+
+/** Where a JWS came from, which decides what its chain may cost. */
+export interface JwsVerifyOptions {
+  /**
+   * `anyone` (the default): posted to a receiver, so an unseen chain spends the budget. `store`:
+   * read from the store's own API over TLS with the tenant's credentials, or nested in a JWS
+   * that verified: only the store could have sent it.
+   */
+  from?: "anyone" | "store";
 }
 
 /** A chain that verified, reduced to what each JWS needs. */
@@ -93,26 +144,49 @@ interface VerifiedChain {
   notAfter: number;
 }
 
+/** An intermediate that verified against a trusted root, reduced to what a leaf check needs. */
+interface TrustedIntermediate {
+  subject: Uint8Array;
+  key: EcdsaVerifyingKey;
+  /** The window in which the intermediate and its root are both valid, epoch ms. */
+  notBefore: number;
+  notAfter: number;
+}
+
+/** A trusted root, read once. */
+interface Anchor {
+  certificate: Certificate;
+  key: () => Promise<EcdsaVerifyingKey>;
+}
+
 /** Verifies store A JWS strings and returns their payloads. */
 export class StoreaJwsVerifier {
-  #roots: pkijs.Certificate[];
+  #roots: Anchor[];
   #now: () => number;
   #engine: Es256Engine;
+  #budget: TokenBucket;
   /**
    * Verified chains by the text of the header that carried them; insertion order is recency order
    * (a hit moves to the end).
    */
   #chains = new Map<string, VerifiedChain>();
+  /** Verified chains by digest, for a header spelled anew around a known chain. */
+  #chainsByDigest = new Map<string, VerifiedChain>();
+  /** Intermediates that verified up to a trusted root, by the digest of their DER. */
+  #intermediates = new Map<string, Promise<TrustedIntermediate>>();
   /** Chain checks in flight, shared by concurrent JWS whose signatures already verified. */
   #checking = new Map<string, Promise<VerifiedChain>>();
   /** Why each refused chain was refused, by digest; insertion order is age order. */
   #refused = new Map<string, string>();
   #chainChecks = 0;
+  #intermediateChecks = 0;
+  #unseenRefused = 0;
 
   constructor(options: StoreaJwsVerifierOptions = {}) {
-    this.#roots = (options.rootCertificates ?? []).map((der) => parseCertificate(der, "root"));
-    this.#now = options.now ?? Date.now;
     this.#engine = options.engine ?? "webcrypto";
+    this.#roots = (options.rootCertificates ?? []).map((der) => this.#anchor(der, "root"));
+    this.#now = options.now ?? Date.now;
+    this.#budget = new TokenBucket(options.unseenChainBudget ?? UNSEEN_CHAIN_BUDGET);
   }
 
   /** How many verified chains are cached (for tests). */
@@ -120,16 +194,28 @@ export class StoreaJwsVerifier {
     return this.#chains.size;
   }
 
-  /** How many chains have been checked, their certificates' signatures included (for tests). */
+  /** How many chains have been checked, certificates' signatures included (for tests). */
   get chainChecks(): number {
     return this.#chainChecks;
+  }
+
+  /** How many intermediates have been checked against the roots (for tests). */
+  get intermediateChecks(): number {
+    return this.#intermediateChecks;
+  }
+
+  /** How many JWS were refused over the budget of unseen chains, since the verifier was made. */
+  get unseenChainsRefused(): number {
+    return this.#unseenRefused;
   }
 
   /**
    * Verifies `jws` and returns its decoded payload.
    * @throws {JwsInvalidError} when anything about it is wrong.
+   * @throws {UnseenChainBudgetError} when it came from anyone with a chain never seen, and the
+   * budget of such chains is spent.
    */
-  async verify(jws: string): Promise<Record<string, unknown>> {
+  async verify(jws: string, options: JwsVerifyOptions = {}): Promise<Record<string, unknown>> {
     const parts = jws.split(".");
     if (parts.length !== 3 || parts.some((part) => part.length === 0)) {
       throw new JwsInvalidError("not a compact JWS");
@@ -140,7 +226,7 @@ export class StoreaJwsVerifier {
     let chain = this.#chains.get(parts[0]);
     recordCacheLookup("storea_chains", chain !== undefined);
     if (chain) await checkSignature(chain.leafKey, parts);
-    else chain = await this.#verifyWithNewHeader(parts);
+    else chain = await this.#verifyWithNewHeader(parts, options.from ?? "anyone");
     // Newest last: the least recently used chain is the first dropped.
     setBounded(this.#chains, parts[0], chain, CHAIN_CACHE_LIMIT);
 
@@ -155,11 +241,8 @@ export class StoreaJwsVerifier {
     return payload;
   }
 
-  /**
-   * The signature and then the chain of a JWS whose header is not cached. The signature first: a
-   * chain is checked, and cached, only for a leaf that just signed.
-   */
-  async #verifyWithNewHeader(parts: string[]): Promise<VerifiedChain> {
+  /** A JWS whose header is not cached: the steps 2 to 4 of this module's description. */
+  async #verifyWithNewHeader(parts: string[], from: "anyone" | "store"): Promise<VerifiedChain> {
     const header = decodeSegment(parts[0], "header");
     if (header.alg !== "ES256") throw new JwsInvalidError(`alg must be ES256, not ${header.alg}`);
     const x5c = header.x5c;
@@ -167,16 +250,33 @@ export class StoreaJwsVerifier {
       throw new JwsInvalidError("x5c must hold exactly 3 certificates");
     }
     const ders = x5c.map((text: string, i) => decodeCertificate(text, CERTIFICATE_ROLES[i]));
-    const leaf = parseCertificate(ders[0], "leaf");
+    const digest = chainDigest(ders);
+    const refused = this.#refused.get(digest);
+    if (refused !== undefined) throw new JwsInvalidError(refused);
+    const known = this.#chainsByDigest.get(digest);
+    if (known !== undefined) {
+      await checkSignature(known.leafKey, parts);
+      return known;
+    }
+    if (from === "anyone") {
+      const wait = this.#budget.take();
+      if (wait > 0) {
+        this.#unseenRefused++;
+        throw new UnseenChainBudgetError(wait);
+      }
+    }
+    const leaf = certificateOf(ders[0], "leaf");
     const leafKey = await this.#leafKeyOf(leaf);
+    // The signature first: a chain is checked, and cached, only for a leaf that just signed.
     await checkSignature(leafKey, parts);
-    return await this.#checkedChain(chainDigest(ders), ders, leaf, leafKey);
+    const chain = await this.#checkedChain(digest, ders, leaf, leafKey);
+    setBounded(this.#chainsByDigest, digest, chain, CHAIN_CACHE_LIMIT);
+    return chain;
   }
 
-  async #leafKeyOf(leaf: pkijs.Certificate): Promise<Es256VerifyingKey> {
+  async #leafKeyOf(leaf: Certificate): Promise<Es256VerifyingKey> {
     try {
-      const spki = new Uint8Array(leaf.subjectPublicKeyInfo.toSchema().toBER(false));
-      return await importEs256Key(spki, this.#engine);
+      return await importEs256Key(leaf.publicKey, this.#engine);
     } catch {
       throw new JwsInvalidError("the leaf key is not usable for ES256");
     }
@@ -189,11 +289,9 @@ export class StoreaJwsVerifier {
   #checkedChain(
     digest: string,
     ders: Uint8Array[],
-    leaf: pkijs.Certificate,
+    leaf: Certificate,
     leafKey: Es256VerifyingKey,
   ): Promise<VerifiedChain> {
-    const refused = this.#refused.get(digest);
-    if (refused !== undefined) return Promise.reject(new JwsInvalidError(refused));
     let checking = this.#checking.get(digest);
     if (!checking) {
       checking = this.#checkChain(ders, leaf, leafKey).catch((error) => {
@@ -209,45 +307,86 @@ export class StoreaJwsVerifier {
 
   async #checkChain(
     ders: Uint8Array[],
-    leaf: pkijs.Certificate,
+    leaf: Certificate,
     leafKey: Es256VerifyingKey,
   ): Promise<VerifiedChain> {
     this.#chainChecks++;
-    const intermediate = parseCertificate(ders[1], "intermediate");
-    // What needs no signature first: a forged chain fails here at the cost of parsing it.
-    if (!leaf.issuer.isEqual(intermediate.subject)) {
+    // The pin is on the certificate presented as the root: a hash, before anything else.
+    if (this.#roots.length === 0) pinnedRoot(ders[2]);
+    const intermediate = await this.#trustedIntermediate(ders[1], ders[2]);
+    // What needs no signature first: a forged leaf fails here for the price of comparing bytes.
+    if (!sameBytes(leaf.issuer, intermediate.subject)) {
       throw new JwsInvalidError("the leaf is not signed by the intermediate");
     }
-    if (!isCertificateAuthority(intermediate)) {
-      throw new JwsInvalidError("the intermediate is not a certificate authority");
-    }
-    if (!hasExtension(leaf, LEAF_MARKER_OID)) {
+    if (!leaf.extensions.has(LEAF_MARKER_OID)) {
       throw new JwsInvalidError("the leaf lacks Apple's App Store signing marker");
     }
-    if (!hasExtension(intermediate, INTERMEDIATE_MARKER_OID)) {
-      throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
-    }
-    const presentedRoot = parseCertificate(ders[2], "root");
-    const anchors = this.#roots.length > 0 ? this.#roots : pinnedRoot(ders[2], presentedRoot);
-    let anchor: pkijs.Certificate | undefined;
-    for (const candidate of anchors) {
-      if (
-        intermediate.issuer.isEqual(candidate.subject) &&
-        await verifiedBy(intermediate, candidate)
-      ) {
-        anchor = candidate;
-        break;
-      }
-    }
-    if (!anchor) throw new JwsInvalidError("the intermediate is not signed by a trusted root");
-    if (!await verifiedBy(leaf, intermediate)) {
+    if (!await intermediate.key.verify(leaf.signature, leaf.tbs, leaf.signatureHash)) {
       throw new JwsInvalidError("the leaf is not signed by the intermediate");
     }
-    const chain = [leaf, intermediate, anchor];
     return {
       leafKey,
-      notBefore: Math.max(...chain.map((cert) => cert.notBefore.value.getTime())),
-      notAfter: Math.min(...chain.map((cert) => cert.notAfter.value.getTime())),
+      notBefore: Math.max(leaf.notBefore, intermediate.notBefore),
+      notAfter: Math.min(leaf.notAfter, intermediate.notAfter),
+    };
+  }
+
+  /**
+   * The intermediate `der`, verified up to a trusted root (the configured roots, or `rootDer`
+   * under the pin) once, then kept with its key. Only a verified one is kept.
+   */
+  #trustedIntermediate(der: Uint8Array, rootDer: Uint8Array): Promise<TrustedIntermediate> {
+    const key = createHash("sha256").update(der).digest("hex");
+    const cached = this.#intermediates.get(key);
+    if (cached !== undefined) return cached;
+    const checking = this.#checkIntermediate(der, rootDer);
+    this.#intermediates.set(key, checking);
+    checking.then(
+      () => setBounded(this.#intermediates, key, checking, INTERMEDIATE_CACHE_LIMIT),
+      () => this.#intermediates.delete(key),
+    );
+    return checking;
+  }
+
+  async #checkIntermediate(der: Uint8Array, rootDer: Uint8Array): Promise<TrustedIntermediate> {
+    this.#intermediateChecks++;
+    const intermediate = certificateOf(der, "intermediate");
+    if (!isCertificateAuthorityOf(intermediate)) {
+      throw new JwsInvalidError("the intermediate is not a certificate authority");
+    }
+    if (!intermediate.extensions.has(INTERMEDIATE_MARKER_OID)) {
+      throw new JwsInvalidError("the intermediate lacks Apple's WWDR marker");
+    }
+    const anchors = this.#roots.length > 0 ? this.#roots : [this.#anchor(rootDer, "root")];
+    for (const anchor of anchors) {
+      if (!sameBytes(intermediate.issuer, anchor.certificate.subject)) continue;
+      const rootKey = await anchor.key().catch(() => null);
+      if (rootKey === null) continue;
+      const { signature, tbs, signatureHash } = intermediate;
+      if (!await rootKey.verify(signature, tbs, signatureHash)) continue;
+      let key: EcdsaVerifyingKey;
+      try {
+        key = await importEcdsaKey(intermediate.publicKey, intermediate.curve, this.#engine);
+      } catch {
+        throw new JwsInvalidError("the intermediate's key is not usable");
+      }
+      return {
+        subject: intermediate.subject,
+        key,
+        notBefore: Math.max(intermediate.notBefore, anchor.certificate.notBefore),
+        notAfter: Math.min(intermediate.notAfter, anchor.certificate.notAfter),
+      };
+    }
+    throw new JwsInvalidError("the intermediate is not signed by a trusted root");
+  }
+
+  /** A root read from its DER; its key is imported on first use. */
+  #anchor(der: Uint8Array, which: string): Anchor {
+    const certificate = certificateOf(der, which);
+    let key: Promise<EcdsaVerifyingKey> | undefined;
+    return {
+      certificate,
+      key: () => key ??= importEcdsaKey(certificate.publicKey, certificate.curve, this.#engine),
     };
   }
 }
@@ -270,7 +409,7 @@ export async function readRootCertificates(paths: string[]): Promise<Uint8Array[
       roots.push(bytes);
     }
     // Fail at boot, not at the first notification.
-    parseCertificate(roots[roots.length - 1], `root in ${path}`);
+    certificateOf(roots[roots.length - 1], `root in ${path}`);
   }
   return roots;
 }
@@ -284,38 +423,28 @@ function decodePem(block: string, path: string): Uint8Array {
   }
 }
 
-/** The presented root, when it is Apple Root CA - G3 byte for byte. */
-function pinnedRoot(der: Uint8Array, root: pkijs.Certificate): pkijs.Certificate[] {
+/** Refuses a presented root that is not Apple Root CA - G3 byte for byte. */
+function pinnedRoot(der: Uint8Array): void {
   const sha256 = createHash("sha256").update(der).digest("hex");
   if (sha256 !== APPLE_ROOT_CA_G3_SHA256) {
     throw new JwsInvalidError("the chain does not end in Apple Root CA - G3");
   }
-  return [root];
 }
 
-async function verifiedBy(cert: pkijs.Certificate, issuer: pkijs.Certificate): Promise<boolean> {
+function certificateOf(der: Uint8Array, which: string): Certificate {
   try {
-    return await cert.verify(issuer);
-  } catch {
-    return false;
+    return readCertificate(der);
+  } catch (error) {
+    if (!(error instanceof CertificateError)) throw error;
+    throw new JwsInvalidError(`the ${which} certificate does not parse: ${error.message}`);
   }
 }
 
-function isCertificateAuthority(cert: pkijs.Certificate): boolean {
-  const extension = cert.extensions?.find((e) => e.extnID === BASIC_CONSTRAINTS_OID);
-  const parsed = extension?.parsedValue;
-  return parsed instanceof pkijs.BasicConstraints && parsed.cA === true;
-}
-
-function hasExtension(cert: pkijs.Certificate, oid: string): boolean {
-  return cert.extensions?.some((extension) => extension.extnID === oid) ?? false;
-}
-
-function parseCertificate(der: Uint8Array, which: string): pkijs.Certificate {
+function isCertificateAuthorityOf(certificate: Certificate): boolean {
   try {
-    return pkijs.Certificate.fromBER(der as Uint8Array<ArrayBuffer>);
+    return isCertificateAuthority(certificate);
   } catch {
-    throw new JwsInvalidError(`the ${which} certificate does not parse`);
+    return false;
   }
 }
 

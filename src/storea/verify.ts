@@ -105,7 +105,8 @@ export class StoreaVerifier {
   ): Promise<StoreaVerifyOutcome> {
     let payload: Record<string, unknown>;
     try {
-      payload = await this.#options.jws.verify(signedTransactionInfo);
+      // Read from the store over TLS with the tenant's key: no budget for a new chain.
+      payload = await this.#options.jws.verify(signedTransactionInfo, { from: "store" });
     } catch (error) {
       if (!(error instanceof JwsInvalidError)) throw error;
       // Data the App Store returns is trusted only once it verifies.
