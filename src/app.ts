@@ -33,7 +33,7 @@ import { PushTokenVerifier } from "./storeb/push_token.ts";
 import { SingleFlight } from "./single_flight.ts";
 import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.ts";
 import { SubjectHasher } from "./audit/subject_hash.ts";
-import { pruneRelayHistory } from "./retention/relay_history.ts";
+import { eventKeyDays, pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
 import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_maintenance.ts";
 import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "./events/ingest_batch.ts";
@@ -298,15 +298,11 @@ function startEventRetention(
 ): void {
   const retentionDays = config.eventRetentionDays;
   if (retentionDays === 0) return;
-  if (retentionDays < DUPLICATE_MEMORY_DAYS) {
-    // A notification a store sends again after its event was pruned is new to the service, and is
-    // stored and delivered under a new event id: the tenant cannot tell it is a duplicate.
-    log.warn("event_retention_short", { retentionDays, recommendedDays: DUPLICATE_MEMORY_DAYS });
-  }
+  const keyDays = eventKeyDays(config.storeaNotificationMaxAgeMs);
   const job = new PruneJob("event retention", "41 * * * *", async (signal) => {
     const started = performance.now();
     try {
-      const pruned = await pruneRelayHistory(db.sql, retentionDays, { signal });
+      const pruned = await pruneRelayHistory(db.sql, retentionDays, { signal, keyDays });
       log.info("event_retention_pruned", {
         ...pruned,
         retentionDays,
@@ -344,12 +340,6 @@ function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposa
   job.schedule();
   stack.defer(() => job.stop());
 }
-
-/**
- * The shortest `EVENT_RETENTION_DAYS` that keeps recognising a notification a store sends again
- * (docs/operations.md, "Retention"); a shorter one is allowed, with a warning at boot.
- */
-const DUPLICATE_MEMORY_DAYS = 31;
 
 /** Connections of the dispatcher's own pool, besides `DATABASE_POOL_SIZE`. */
 const DISPATCH_POOL_SIZE = 3;

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import type { Sql } from "../src/db/connect.ts";
-import { pruneRelayHistory } from "../src/retention/relay_history.ts";
+import { pruneRelayHistory, STORE_REDELIVERY_DAYS } from "../src/retention/relay_history.ts";
 import { pruneValidationAudit } from "../src/audit/validation_audit.ts";
 import {
   connectTestDatabase,
@@ -117,9 +117,12 @@ async function seedMixedHistory(sql: Sql): Promise<void> {
 
 const KEPT = ["old_pending", "old_retried", "recent_delivered", "recent_failed"];
 
+/** Days event keys are kept by default: the stores' redeliveries. */
+const keyDays = STORE_REDELIVERY_DAYS;
+
 async function remaining(sql: Sql) {
   const deliveries = await sql`SELECT id FROM deliveries ORDER BY id`;
-  const events = await sql`SELECT id FROM events ORDER BY id`;
+  const events = await sql`SELECT id FROM events WHERE payload <> '' ORDER BY id`;
   const attempts = await sql`
     SELECT delivery_id, count(*)::int AS n FROM delivery_attempts
     GROUP BY delivery_id ORDER BY delivery_id`;
@@ -136,24 +139,59 @@ Deno.test("retention: old finished deliveries go with their attempts and events,
   try {
     await seedMixedHistory(db.sql);
     // Batches of 2: the prune takes several, across both tenants.
-    const pruned = await pruneRelayHistory(db.sql, 30, { batchSize: 2 });
-    assert.deepEqual(pruned, { deliveries: 4, attempts: 6, events: 4, complete: true });
+    const pruned = await pruneRelayHistory(db.sql, 30, { batchSize: 2, keyDays });
+    assert.deepEqual(pruned, {
+      deliveries: 4,
+      attempts: 6,
+      events: 4,
+      eventKeysKept: 0,
+      complete: true,
+    });
     assert.deepEqual(await remaining(db.sql), {
       deliveries: [...KEPT].sort(),
       events: [...KEPT].sort(),
       attempts: { old_pending: 4, old_retried: 7, recent_delivered: 1, recent_failed: 6 },
     });
     // Idempotent: a second run finds nothing.
-    assert.deepEqual(await pruneRelayHistory(db.sql, 30), {
+    assert.deepEqual(await pruneRelayHistory(db.sql, 30, { keyDays }), {
       deliveries: 0,
       attempts: 0,
       events: 0,
+      eventKeysKept: 0,
       complete: true,
     });
-    // A shorter period takes what the longer one kept, still never the pending delivery.
-    const shorter = await pruneRelayHistory(db.sql, 2);
-    assert.deepEqual(shorter, { deliveries: 2, attempts: 7, events: 2, complete: true });
-    assert.deepEqual((await remaining(db.sql)).deliveries, ["old_pending", "old_retried"]);
+    // A shorter period takes what the longer one kept, still never the pending delivery; events
+    // younger than the stores' redeliveries lose their payloads, not their keys.
+    const shorter = await pruneRelayHistory(db.sql, 2, { keyDays });
+    assert.deepEqual(shorter, {
+      deliveries: 2,
+      attempts: 7,
+      events: 0,
+      eventKeysKept: 2,
+      complete: true,
+    });
+    assert.deepEqual(await remaining(db.sql), {
+      deliveries: ["old_pending", "old_retried"],
+      events: ["old_pending", "old_retried"],
+      attempts: { old_pending: 4, old_retried: 7 },
+    });
+    const keys = await db.sql`
+      SELECT id, external_id, payload FROM events WHERE payload = '' ORDER BY id`;
+    assert.deepEqual(keys.map((row) => [row.id, row.external_id]), [
+      ["evt_recent_delivered", "ext_recent_delivered"],
+      ["evt_recent_failed", "ext_recent_failed"],
+    ]);
+    // Kept keys go once they are older than the key period, whatever the retention.
+    const later = await pruneRelayHistory(db.sql, 2, { keyDays: 10 });
+    assert.deepEqual(later, {
+      deliveries: 0,
+      attempts: 0,
+      events: 1,
+      eventKeysKept: 0,
+      complete: true,
+    });
+    const [{ count }] = await db.sql`SELECT count(*)::int AS count FROM events WHERE payload = ''`;
+    assert.equal(count, 1, "the key of the 5-day-old event stays; the 29-day-old one went");
   } finally {
     await db.close();
     await test.drop();
@@ -166,15 +204,16 @@ Deno.test("retention: 0 keeps everything, and a stopped prune says so", async ()
   try {
     await seedMixedHistory(db.sql);
     const before = await remaining(db.sql);
-    assert.deepEqual(await pruneRelayHistory(db.sql, 0), {
+    assert.deepEqual(await pruneRelayHistory(db.sql, 0, { keyDays }), {
       deliveries: 0,
       attempts: 0,
       events: 0,
+      eventKeysKept: 0,
       complete: true,
     });
     const stop = new AbortController();
     stop.abort();
-    const stopped = await pruneRelayHistory(db.sql, 30, { signal: stop.signal });
+    const stopped = await pruneRelayHistory(db.sql, 30, { signal: stop.signal, keyDays });
     assert.equal(stopped.complete, false);
     assert.equal(stopped.deliveries, 0);
     assert.deepEqual(await remaining(db.sql), before);
@@ -209,7 +248,7 @@ Deno.test("retention: prunes running at once share the rows and delete each once
       SELECT 'dlv_' || i, now() - interval '60 days', 10, 200 FROM generate_series(1, 1200) AS i`;
     const runs = await Promise.all(
       [db.sql, other?.sql ?? db.sql, db.sql].map((client) =>
-        pruneRelayHistory(client, 30, { batchSize: 100 })
+        pruneRelayHistory(client, 30, { batchSize: 100, keyDays })
       ),
     );
     const total = (key: "deliveries" | "attempts" | "events") =>
@@ -274,6 +313,7 @@ Deno.test("retention run: the CLI prunes with its configuration and prints what 
       deliveries: 0,
       attempts: 0,
       events: 0,
+      eventKeysKept: 0,
       auditRetentionDays: null,
       auditRows: 0,
     });
@@ -288,6 +328,7 @@ Deno.test("retention run: the CLI prunes with its configuration and prints what 
       deliveries: 1,
       attempts: 2,
       events: 1,
+      eventKeysKept: 0,
       auditRetentionDays: 7,
       auditRows: 1,
     });
@@ -322,11 +363,6 @@ Deno.test("retention: the service prunes at boot and says what went", async () =
     service = await startService({ db: test, env: { EVENT_RETENTION_DAYS: "30" } });
     const line = await service.waitForLog((l) => l.msg === "event_retention_pruned");
     assert.equal(line.level, "info");
-    // 30 days forget a duplicate sooner than the 31 the docs ask for: said once, at boot.
-    const short = service.logs.filter((l) => l.msg === "event_retention_short");
-    assert.deepEqual(short.map((l) => [l.level, l.retentionDays, l.recommendedDays]), [
-      ["warn", 30, 31],
-    ]);
     assert.deepEqual(
       [line.deliveries, line.attempts, line.events, line.complete, line.retentionDays],
       [4, 6, 4, true, 30],

@@ -359,7 +359,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         words: ["retention", "run"],
         summary: "delete old events, deliveries, attempts and audit rows now",
         description:
-          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events, and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever) and the rows deleted (docs/operations.md, "Retention").',
+          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events (an event a store may still send again keeps its key, emptied of its payload), and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, eventKeysKept, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever), the rows deleted, and the events emptied whose keys are kept (docs/operations.md, "Retention").',
         run: runRetention,
       },
       {

@@ -6,7 +6,7 @@
  * @module
  */
 import type { CliContext, CommandInput, CommandOutput } from "./command.ts";
-import { pruneRelayHistory } from "../retention/relay_history.ts";
+import { eventKeyDays, pruneRelayHistory } from "../retention/relay_history.ts";
 import { pruneValidationAudit } from "../audit/validation_audit.ts";
 
 /** `retention run` */
@@ -16,7 +16,9 @@ export async function runRetention(
 ): Promise<CommandOutput> {
   const { eventRetentionDays, validationAuditRetentionDays } = context.config;
   const { db } = await context.open();
-  const relay = await pruneRelayHistory(db.sql, eventRetentionDays);
+  const relay = await pruneRelayHistory(db.sql, eventRetentionDays, {
+    keyDays: eventKeyDays(context.config.storeaNotificationMaxAgeMs),
+  });
   const audit = validationAuditRetentionDays === null
     ? { deleted: 0 }
     : await pruneValidationAudit(db.sql, validationAuditRetentionDays);
@@ -25,6 +27,7 @@ export async function runRetention(
     deliveries: relay.deliveries,
     attempts: relay.attempts,
     events: relay.events,
+    eventKeysKept: relay.eventKeysKept,
     auditRetentionDays: validationAuditRetentionDays,
     auditRows: audit.deleted,
   };
