@@ -1,9 +1,11 @@
 /**
  * The one stray rejection the service survives (src/stray_rejections.ts), checked in a process of
  * its own: Deno ends a process on an unhandled rejection, which is what the guard must prevent for
- * that rejection and only for it.
+ * that rejection and only for it. Then in a real service process, so that `serve` is seen to
+ * install the guard: there the rejection is provoked by tests/helpers/stray_rejection_preload.ts.
  */
 import assert from "node:assert/strict";
+import { startService, stopAndDrop } from "./helpers/service.ts";
 
 const MODULE = new URL("../src/stray_rejections.ts", import.meta.url).href;
 const LOG = new URL("../src/log.ts", import.meta.url).href;
@@ -49,5 +51,40 @@ Deno.test("stray rejections: any other unhandled rejection still ends the proces
     const run = await leaveUnhandled(rejection);
     assert.notEqual(run.code, 0, rejection);
     assert.doesNotMatch(run.stdout, /still running/, rejection);
+  }
+});
+
+const PRELOAD = new URL("./helpers/stray_rejection_preload.ts", import.meta.url).pathname;
+
+Deno.test("stray rejections: serve installs the guard in the service process", async () => {
+  // The preload makes node:net's write-after-end rejection on SIGUSR2, another one on SIGUSR1.
+  const service = await startService({
+    permissions: (flags) => [...flags, "--preload", PRELOAD],
+  });
+  try {
+    const health = async () => {
+      const response = await fetch(`${service.url}/health`);
+      await response.body?.cancel();
+      return response.status;
+    };
+    assert.equal(await health(), 200);
+    Deno.kill(service.pid, "SIGUSR2");
+    const warning = await service.waitForLog(
+      (line) => line.msg === "database_socket_closed_mid_write",
+      10_000,
+    );
+    assert.equal(warning.level, "warn");
+    assert.equal(warning.reason, "This socket has been ended by the other party");
+    // Still serving, and only that rejection was dropped: it was made once, it is logged once.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(await health(), 200);
+    const warnings = service.logs.filter((line) => line.msg === "database_socket_closed_mid_write");
+    assert.equal(warnings.length, 1);
+    // Any other unhandled rejection still ends the process, as Deno's default does.
+    Deno.kill(service.pid, "SIGUSR1");
+    const { code } = await service.exited;
+    assert.notEqual(code, 0);
+  } finally {
+    await stopAndDrop(service);
   }
 });
