@@ -9,8 +9,8 @@
  *   reason is node:net's own error, not a copy of its message.
  * - SIGUSR1: an unrelated unhandled rejection, which must still end the process.
  *
- * The database outage that provokes the first in production does so about once in many runs
- * (docs/architecture.md, "Why it is built this way"): too rarely for a test to wait for it.
+ * A database outage provokes the first only now and then (docs/architecture.md, "Why it is built
+ * this way"), too rarely for a test to wait for it.
  */
 import net from "node:net";
 
