@@ -9,7 +9,7 @@
  * Run it:
  *
  *     deno task bench [--duration S] [--warmup S]
- *                     [--only health,verify,jws,relay,relay-embedded,cold-start]
+ *                     [--only health,verify,jws,forged,relay,relay-embedded,cold-start]
  *                     [--runs N] [--no-write] [--json] [--keep-temp] [--doc PATH]
  *
  * `--duration` and `--warmup` set the length of every load benchmark's measured and warm-up runs
@@ -29,6 +29,7 @@ import {
   exitWithError,
   formatTable,
   type LoadOptions,
+  median,
   numberFlag,
   type Progress,
   ROOT,
@@ -38,6 +39,11 @@ import { formatRunCaption, replaceSections } from "./report.ts";
 import { formatHealthGoal, formatHealthTable, runHealthBenchmark } from "./health.ts";
 import { formatVerifyGoal, formatVerifyTable, runVerifyBenchmark } from "./verify.ts";
 import { formatJwsGoal, formatJwsTable, runJwsBenchmark } from "./storea_jws.ts";
+import {
+  formatForgedChainsGoal,
+  formatForgedChainsTable,
+  runForgedChainsBenchmark,
+} from "./forged_chains.ts";
 import {
   engineName,
   formatRelayDeliveryTable,
@@ -59,6 +65,7 @@ export const BENCHMARK_NAMES = [
   "health",
   "verify",
   "jws",
+  "forged",
   "relay",
   "relay-embedded",
   "cold-start",
@@ -121,6 +128,7 @@ export const SECTIONS: Record<BenchmarkName, readonly string[]> = {
   health: ["health"],
   verify: ["verify-storea", "verify-storeb"],
   jws: ["jws"],
+  forged: ["forged-chains"],
   relay: ["relay", "relay-deliveries", "relay-rounds"],
   "relay-embedded": ["relay-embedded", "relay-embedded-deliveries", "relay-embedded-rounds"],
   "cold-start": ["cold-start"],
@@ -233,6 +241,28 @@ async function runOne(
           `${result.ours.opsPerSecond.toFixed(0)} /s`,
           `${result.apple.opsPerSecond.toFixed(0)} /s (Apple's)`,
           result.ratio.toFixed(2),
+        ]],
+        result,
+      };
+    }
+    case "forged": {
+      const result = await runForgedChainsBenchmark(load);
+      const head = caption({ startedAt: result.startedAt, busyBefore: result.machine.busyBefore });
+      const rounds = (pick: (round: (typeof result.rounds)[number]) => number) =>
+        median(result.rounds.map(pick));
+      return {
+        sections: {
+          "forged-chains": join(
+            head,
+            formatForgedChainsTable(result),
+            formatForgedChainsGoal(result),
+          ),
+        },
+        summary: [[
+          "store A receiver, forged chains refused",
+          `${rounds((round) => round.forged.requestsPerSecond).toFixed(0)} req/s`,
+          `${rounds((round) => round.garbage.requestsPerSecond).toFixed(0)} req/s (garbage)`,
+          result.ratioMedian.toFixed(2),
         ]],
         result,
       };

@@ -253,6 +253,7 @@ Deno.test("parseOnly keeps the run order and refuses unknown names", () => {
     "health",
     "verify",
     "jws",
+    "forged",
     "relay",
     "relay-embedded",
     "cold-start",
