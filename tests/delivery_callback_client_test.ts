@@ -208,19 +208,29 @@ Deno.test("callback client: a hostile answer is refused within bounded reads", a
   });
 });
 
-Deno.test("callback client: a request header cannot carry a line of its own", async () => {
-  const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
-  try {
-    await assert.rejects(
-      postToCallback(
-        target(callback.url),
-        post({ headers: { "x-service-event": "a\r\nx-injected: 1" } }),
-      ),
-      /invalid request header/,
-    );
-    assert.deepEqual(callback.requests, [], "nothing was sent");
-  } finally {
-    await callback.close();
+Deno.test("callback client: a request header cannot carry a line of its own", async (t) => {
+  // Each character alone, so that a check that forgot one of them fails here: a server may end a
+  // line at a bare LF or CR, and a NUL cuts a value short in some of them.
+  for (
+    const [name, value] of [
+      ["CRLF", "a\r\nx-injected: 1"],
+      ["a lone LF", "a\nx-injected: 1"],
+      ["a lone CR", "a\rx-injected: 1"],
+      ["a NUL", "a\0x-injected: 1"],
+    ]
+  ) {
+    await t.step(name, async () => {
+      const callback = scriptedCallback(() => text("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+      try {
+        await assert.rejects(
+          postToCallback(target(callback.url), post({ headers: { "x-service-event": value } })),
+          /invalid request header/,
+        );
+        assert.deepEqual(callback.requests, [], "nothing was sent");
+      } finally {
+        await callback.close();
+      }
+    });
   }
 });
 
