@@ -154,6 +154,107 @@ Deno.test("callback client: a connection idle for 30 s is not used again", async
   }
 });
 
+const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Rejects when `promise` has not settled within `ms`. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+Deno.test("callback client: bytes nobody asked for never answer the next request", async (t) => {
+  // A callback answers 500 and then writes, unasked, a 200 on the connection the client keeps:
+  // the next request on that connection, which may be another tenant's delivery to the same
+  // host, would read that 200 as its answer. Every other request is answered 503 "real".
+  const stray = "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ndelivered";
+  const real = { status: 503, retryAfter: null, bodyPrefix: "real" };
+  const strayAfter500 = async (options: { strayAfterMs: number; nextAfterMs: number }) => {
+    const { promise: strayWritten, resolve } = Promise.withResolvers<void>();
+    const callback = scriptedCallback((request, connection) =>
+      connection === 0 && request === 0
+        ? (async function* () {
+          yield text("HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\noops");
+          if (options.strayAfterMs > 0) await delay(options.strayAfterMs);
+          yield text(stray);
+          resolve();
+        })()
+        : text("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\nreal")
+    );
+    const connections = new CallbackConnections();
+    try {
+      const first = await postToCallback(target(callback.url), post(), connections);
+      assert.equal(first.status, 500);
+      await strayWritten;
+      if (options.nextAfterMs > 0) await delay(options.nextAfterMs);
+      const second = await postToCallback(target(callback.url), post(), connections);
+      assert.deepEqual(second, real, "the unasked 200 was taken as the answer");
+      assert.deepEqual(callback.requests, [1, 1], "the second request went on a new connection");
+    } finally {
+      connections.close();
+      await callback.close();
+    }
+  };
+  await t.step("written a few ms after the answer, the next request at once", async () => {
+    // The 200 is in the client's socket, but the runtime has not yet delivered the idle read
+    // that holds it when the next attempt takes the connection.
+    await strayAfter500({ strayAfterMs: 5, nextAfterMs: 0 });
+  });
+  await t.step("written a few ms after the answer, the next request later", async () => {
+    await strayAfter500({ strayAfterMs: 5, nextAfterMs: 50 });
+  });
+  await t.step("written at once after the answer, in a write of its own", async () => {
+    await strayAfter500({ strayAfterMs: 0, nextAfterMs: 0 });
+  });
+});
+
+Deno.test("callback client: a kept connection is closed by what it receives while idle", async (t) => {
+  const ok = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  const idleThen = async (after: Uint8Array) => {
+    const callback = scriptedCallback((request, connection) =>
+      connection === 0 && request === 0
+        ? (async function* () {
+          yield text(ok);
+          await delay(10);
+          yield after;
+        })()
+        : text(ok)
+    );
+    const connections = new CallbackConnections();
+    try {
+      assert.equal((await postToCallback(target(callback.url), post(), connections)).status, 200);
+      if (after.length > 0) {
+        // Closed by the client while idle, with no request on it.
+        await within(callback.clientClosed(0), 2_000, "the client closing the connection");
+      } else {
+        await delay(50);
+      }
+      assert.deepEqual(callback.requests, [1]);
+      const next = await postToCallback(target(callback.url), post(), connections);
+      assert.deepEqual(next, { status: 200, retryAfter: null, bodyPrefix: "ok" });
+      assert.deepEqual(callback.requests, [1, 1], "the next request went on a new connection");
+    } finally {
+      connections.close();
+      await callback.close();
+    }
+  };
+  await t.step("one byte", async () => {
+    await idleThen(text("x"));
+  });
+  await t.step("the end of the stream", async () => {
+    // The script's empty chunk closes the callback's end, as a callback's idle timeout does.
+    await idleThen(new Uint8Array(0));
+  });
+});
+
 Deno.test("callback client: a hostile answer is refused within bounded reads", async (t) => {
   const refused = async (script: Script, message: RegExp) => {
     const callback = scriptedCallback(script);

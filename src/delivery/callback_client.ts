@@ -4,6 +4,8 @@
  * resolved again, while TLS still sends it as SNI and verifies the certificate against it, and
  * `Host` carries it. Redirects are not followed; only the first `bodyLimit` bytes of the answer
  * are read, and a connection whose answer was not read to its end is closed rather than kept.
+ * A kept connection is watched while idle, and any byte it receives then closes it: an answer
+ * only ever comes from bytes that arrived after its request was written.
  *
  * Hand-written, not `node:http(s)` or `fetch` (docs/architecture.md, "Why it is built this way"):
  * `fetch` resolves the name itself and cannot be pinned to an address over TLS, and in this runtime
@@ -36,6 +38,8 @@ const FIRST_READ_BYTES = 2 * 1024;
 /** Statuses whose answer has no body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = [101, 103, 204, 205, 304];
 
+const ONE_BYTE = new Uint8Array(1);
+
 const encoder = new TextEncoder();
 const latin1 = new TextDecoder("latin1");
 const utf8 = new TextDecoder();
@@ -65,6 +69,23 @@ interface Connection {
   key: string;
   /** When it was last kept idle, in `performance.now()` milliseconds. */
   idleSince: number;
+  /** The read left pending on it since it was last kept; null once the next answer took it. */
+  watch: IdleWatch | null;
+}
+
+/**
+ * A read left pending on a kept connection. A callback has nothing to send between answers, so
+ * when it completes while the connection is idle (bytes, the end of the stream or an error) the
+ * connection is closed; a request written on the connection afterwards takes its bytes as the
+ * first of its answer.
+ */
+interface IdleWatch {
+  buffer: Uint8Array;
+  read: Promise<number | null>;
+  /** The read completed. */
+  settled: boolean;
+  /** The connection is in the pool, not taken by an attempt. */
+  idle: boolean;
 }
 
 /**
@@ -81,13 +102,18 @@ export class CallbackConnections {
   /** Closes connections idle for too long; runs only while some are idle. */
   #sweeper: ReturnType<typeof setInterval> | undefined;
   #now: () => number;
+  /** Opened at the first reuse of a kept connection. */
+  #poll: Promise<SocketPoll> | null = null;
 
   /** `now` is the clock of idle times, `performance.now()` unless a test gives another. */
   constructor(options: { now?: () => number } = {}) {
     this.#now = options.now ?? (() => performance.now());
   }
 
-  /** An idle connection to `key`, the most recently used, or null. */
+  /**
+   * An idle connection to `key`, the most recently used, or null. Its idle watch is still
+   * pending: before writing on it, wait for {@linkcode polled} and look at the watch again.
+   */
   take(key: string): Connection | null {
     const idle = this.#idle.get(key);
     const connection = idle?.pop() ?? null;
@@ -98,7 +124,31 @@ export class CallbackConnections {
       this.#idle.delete(key);
       return null;
     }
+    if (connection !== null) {
+      connection.watch!.idle = false;
+      // In use again: its reads keep the process running, as a new connection's do.
+      connection.conn.ref();
+    }
     return connection;
+  }
+
+  /**
+   * Resolves once the runtime has polled every socket since the call, and the reads that poll
+   * completed have run their callbacks: a byte that reached a kept connection before the call
+   * has then settled its idle watch. Rejects when that cannot be established.
+   */
+  async polled(): Promise<void> {
+    if (this.#closed) throw new Deno.errors.Interrupted("the dispatcher is stopping");
+    this.#poll ??= SocketPoll.open();
+    const poll = this.#poll;
+    try {
+      await (await poll).next();
+    } catch (error) {
+      // A broken loopback pair is made again for the next attempt.
+      if (this.#poll === poll) this.#poll = null;
+      poll.then((opened) => opened.close(), () => {});
+      throw error;
+    }
   }
 
   /** Counts `connection` as open, so that {@linkcode close} ends it. */
@@ -110,13 +160,31 @@ export class CallbackConnections {
     this.#open.add(connection);
   }
 
-  /** Keeps `connection` for the next attempt to the same target, or closes it when full. */
+  /**
+   * Keeps `connection` for the next attempt to the same target, or closes it when full. It is
+   * watched while idle: a byte, the end of the stream or an error closes it.
+   */
   keep(connection: Connection): void {
     const idle = this.#idle.get(connection.key) ?? [];
     if (this.#closed || idle.length >= IDLE_CONNECTIONS_PER_TARGET) {
       this.discard(connection);
       return;
     }
+    const buffer = new Uint8Array(FIRST_READ_BYTES);
+    const watch: IdleWatch = {
+      buffer,
+      read: connection.conn.read(buffer),
+      settled: false,
+      idle: true,
+    };
+    const settle = () => {
+      watch.settled = true;
+      if (watch.idle) this.#forget(connection);
+    };
+    watch.read.then(settle, settle);
+    // An idle connection does not keep the process running.
+    connection.conn.unref();
+    connection.watch = watch;
     connection.idleSince = this.#now();
     idle.push(connection);
     this.#idle.set(connection.key, idle);
@@ -144,8 +212,18 @@ export class CallbackConnections {
     }
   }
 
+  /** Takes an idle `connection` out of the pool and closes it. */
+  #forget(connection: Connection): void {
+    const idle = this.#idle.get(connection.key);
+    const at = idle?.indexOf(connection) ?? -1;
+    if (at !== -1) idle!.splice(at, 1);
+    if (idle?.length === 0) this.#idle.delete(connection.key);
+    this.discard(connection);
+  }
+
   /** Closes `connection` and forgets it. */
   discard(connection: Connection): void {
+    if (connection.watch !== null) connection.watch.idle = false;
     this.#open.delete(connection);
     closeQuietly(connection.conn);
   }
@@ -156,8 +234,108 @@ export class CallbackConnections {
     clearInterval(this.#sweeper);
     this.#sweeper = undefined;
     this.#idle.clear();
-    for (const connection of this.#open) closeQuietly(connection.conn);
-    this.#open.clear();
+    for (const connection of this.#open) this.discard(connection);
+    this.#poll?.then((poll) => poll.close(), () => {});
+    this.#poll = null;
+  }
+}
+
+/**
+ * A loopback connection of the pool's own, to tell when the runtime has polled its sockets. A
+ * byte written on one end can only be read on the other once the runtime has waited on its
+ * sockets, and that wait also reports every other socket that had bytes by then: their reads
+ * complete in the same turn or earlier, and their callbacks run first (they were woken first, and
+ * the callers waiting here are let go a few microtasks later). A timer does not tell this: in
+ * Deno 2 a timer can fire in the turn that polled a socket, before that socket's read is
+ * delivered.
+ */
+class SocketPoll {
+  #sender: Deno.Conn;
+  #receiver: Deno.Conn;
+  /** The receiver's read, left pending between rounds, so that it completes only after a poll. */
+  #read: Promise<number | null>;
+  #sink = new Uint8Array(64);
+  /** Callers waiting for the next round, which writes its byte after they asked. */
+  #waiting: { resolve: () => void; reject: (error: unknown) => void }[] = [];
+  #inFlight = false;
+  #broken: unknown = null;
+
+  private constructor(sender: Deno.Conn, receiver: Deno.Conn) {
+    this.#sender = sender;
+    this.#receiver = receiver;
+    this.#read = this.#pendingRead();
+  }
+
+  /** A connected pair on loopback, checked to be the pool's own two ends. */
+  static async open(): Promise<SocketPoll> {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    let sender: Deno.TcpConn | null = null;
+    try {
+      const accepted = listener.accept();
+      sender = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+      const receiver = await accepted;
+      if (receiver.remoteAddr.port !== sender.localAddr.port) {
+        // Another local process connected first.
+        closeQuietly(receiver);
+        throw new Deno.errors.ConnectionRefused("the loopback pair was not the pool's own");
+      }
+      sender.setNoDelay(true);
+      return new SocketPoll(sender, receiver);
+    } catch (error) {
+      if (sender !== null) closeQuietly(sender);
+      throw error;
+    } finally {
+      listener.close();
+    }
+  }
+
+  #pendingRead(): Promise<number | null> {
+    const read = this.#receiver.read(this.#sink);
+    // Pending between rounds, it must not keep the process running.
+    this.#receiver.unref();
+    read.catch(() => {});
+    return read;
+  }
+
+  /** Resolves after a round that started (wrote its byte) after the call. */
+  next(): Promise<void> {
+    if (this.#broken !== null) return Promise.reject(this.#broken);
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
+    this.#waiting.push({ resolve, reject });
+    if (!this.#inFlight) this.#round();
+    return promise;
+  }
+
+  async #round(): Promise<void> {
+    this.#inFlight = true;
+    const waiting = this.#waiting;
+    this.#waiting = [];
+    try {
+      this.#receiver.ref();
+      await this.#sender.write(ONE_BYTE);
+      if (await this.#read === null) {
+        throw new Deno.errors.UnexpectedEof("the loopback pair closed");
+      }
+      // Started with nothing left to read, it completes only after the next round's poll.
+      this.#read = this.#pendingRead();
+      // Let the callbacks of reads that completed in this turn run before the waiting ones.
+      for (let turn = 0; turn < 3; turn++) await null;
+      for (const waiter of waiting) waiter.resolve();
+    } catch (error) {
+      this.#broken = error;
+      for (const waiter of [...waiting, ...this.#waiting]) waiter.reject(error);
+      this.#waiting = [];
+      return;
+    } finally {
+      this.#inFlight = false;
+    }
+    if (this.#waiting.length > 0) this.#round();
+  }
+
+  close(): void {
+    this.#broken ??= new Deno.errors.Interrupted("the dispatcher is stopping");
+    closeQuietly(this.#sender);
+    closeQuietly(this.#receiver);
   }
 }
 
@@ -181,7 +359,7 @@ export async function postToCallback(
     // request is sent again on a new connection.
   }
   const conn = await connect(target, post.signal);
-  const connection: Connection = { conn, key, idleSince: 0 };
+  const connection: Connection = { conn, key, idleSince: 0, watch: null };
   connections?.opened(connection);
   return (await exchange(connection, request, post, connections, false))!;
 }
@@ -256,7 +434,8 @@ async function connect(target: CheckedCallback, signal: AbortSignal): Promise<De
  * Writes the request and reads the answer on `connection`, which it keeps for the next attempt
  * when the answer was read whole and the callback did not ask to close it, and closes otherwise.
  * On a connection that was `kept` idle, a failure before any byte of an answer resolves to null:
- * the callback closed it meanwhile, and the request can be sent again on a new one.
+ * the callback closed it meanwhile (or sent bytes nobody asked for), and the request can be sent
+ * again on a new one.
  */
 async function exchange(
   connection: Connection,
@@ -265,11 +444,21 @@ async function exchange(
   connections: CallbackConnections | undefined,
   kept: boolean,
 ): Promise<CallbackAnswer | null> {
-  const reader = new AnswerReader(connection.conn);
+  const watch = connection.watch;
+  connection.watch = null;
+  const reader = new AnswerReader(connection.conn, watch);
   const onAbort = () => closeQuietly(connection.conn);
   post.signal.addEventListener("abort", onAbort, { once: true });
   let reusable = false;
   try {
+    if (kept) {
+      // Bytes that reached the connection before this attempt took it, and whose read the
+      // runtime has not yet delivered, would be read as this request's answer: wait until the
+      // runtime has polled its sockets, then look at the idle watch again.
+      const polled = await connections!.polled().then(() => true, () => false);
+      post.signal.throwIfAborted();
+      if (!polled || watch!.settled) return null;
+    }
     await writeAll(connection.conn, request);
     const head = await reader.head();
     const prefix = await reader.bodyPrefix(head, post.bodyLimit).catch(() => null);
@@ -313,16 +502,20 @@ interface AnswerHead {
 /** Reads one HTTP/1.1 answer from a connection, never more than it needs. */
 class AnswerReader {
   #conn: Deno.Conn;
-  #buffer = new Uint8Array(FIRST_READ_BYTES);
+  #buffer: Uint8Array;
   #start = 0;
   #end = 0;
+  /** The idle watch's read, still pending when the request was written: the answer's first. */
+  #pending: Promise<number | null> | null;
   /** Bytes were received on this connection for this answer. */
   #received = false;
   /** Bytes of lines consumed so far, to bound a head. */
   #consumed = 0;
 
-  constructor(conn: Deno.Conn) {
+  constructor(conn: Deno.Conn, watch: IdleWatch | null) {
     this.#conn = conn;
+    this.#buffer = watch?.buffer ?? new Uint8Array(FIRST_READ_BYTES);
+    this.#pending = watch?.read ?? null;
   }
 
   /** Whether any byte of an answer arrived. */
@@ -350,7 +543,15 @@ class AnswerReader {
       this.#end -= this.#start;
       this.#start = 0;
     }
-    const n = await this.#conn.read(this.#buffer.subarray(this.#end));
+    let n: number | null;
+    if (this.#pending !== null) {
+      // Reads into the start of the buffer, which is empty: nothing was read before it.
+      const pending = this.#pending;
+      this.#pending = null;
+      n = await pending;
+    } else {
+      n = await this.#conn.read(this.#buffer.subarray(this.#end));
+    }
     if (n === null) return false;
     this.#received = true;
     this.#end += n;

@@ -19,6 +19,11 @@ export interface ScriptedCallback {
   requests: number[];
   /** Bytes written to the client, over every connection. */
   written: () => number;
+  /**
+   * Resolves when the client ends the `connection`th connection accepted (it closes it, or the
+   * connection fails), not when the script or {@linkcode ScriptedCallback.close} ends it.
+   */
+  clientClosed(connection: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -33,7 +38,13 @@ export function scriptedCallback(script: Script): ScriptedCallback {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const requests: number[] = [];
   const conns = new Set<Deno.Conn>();
+  const clientClosed: PromiseWithResolvers<void>[] = [];
+  let closing = false;
   let written = 0;
+  const ended = (connection: number) => {
+    while (clientClosed.length <= connection) clientClosed.push(Promise.withResolvers<void>());
+    return clientClosed[connection];
+  };
   const serving = (async () => {
     for await (const conn of listener) {
       conns.add(conn);
@@ -44,7 +55,10 @@ export function scriptedCallback(script: Script): ScriptedCallback {
         try {
           while (true) {
             const n = await conn.read(buffer);
-            if (n === null) break;
+            if (n === null) {
+              ended(index).resolve();
+              break;
+            }
             pending += new TextDecoder().decode(buffer.subarray(0, n));
             const end = pending.indexOf("\r\n\r\n");
             const length = Number(/content-length: (\d+)/i.exec(pending)?.[1] ?? 0);
@@ -60,6 +74,7 @@ export function scriptedCallback(script: Script): ScriptedCallback {
           }
         } catch {
           // the client closed the connection
+          if (!closing) ended(index).resolve();
         } finally {
           conns.delete(conn);
           try {
@@ -75,7 +90,9 @@ export function scriptedCallback(script: Script): ScriptedCallback {
     url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/hooks`,
     requests,
     written: () => written,
+    clientClosed: (connection) => ended(connection).promise,
     async close() {
+      closing = true;
       listener.close();
       for (const conn of conns) {
         try {
