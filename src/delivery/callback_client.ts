@@ -272,6 +272,8 @@ class SocketPoll {
     let sender: Deno.TcpConn | null = null;
     try {
       const accepted = listener.accept();
+      // Rejects when the listener closes first, which the caller then learns from `connect`.
+      accepted.catch(() => {});
       sender = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
       const receiver = await accepted;
       if (receiver.remoteAddr.port !== sender.localAddr.port) {
