@@ -6,7 +6,7 @@
  *
  * The expected signature is computed here from those rules, as a tenant would, never with the
  * service's own signing code: every end-to-end test that checks a delivery's signature through
- * the callback receiver then fails when the service signs anything else than documented.
+ * the callback receiver then fails when the service signs anything other than what is documented.
  */
 import { Buffer } from "node:buffer";
 import { createHmac, timingSafeEqual } from "node:crypto";
