@@ -1,13 +1,17 @@
 /**
  * The send-time check of a callback (docs/operations.md, "Callback safety"): the URL as written,
- * then, unless private networks are allowed, the addresses its host name resolves to, each of
- * which must be public. The addresses that passed are the only ones the attempt may connect to:
+ * then the addresses its host name resolves to, each of which must be public unless private
+ * networks are allowed, and never a cloud metadata service. The addresses that passed are the only ones the attempt may connect to:
  * the HTTP client is handed them and never resolves the name again, so a DNS answer that changes
  * between the check and the connection (DNS rebinding) cannot steer it elsewhere.
  */
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { callbackHost, callbackUrlProblem } from "./callback_url.ts";
-import { nonGlobalAddressReason, parseIpAddress } from "./special_addresses.ts";
+import {
+  metadataAddressReason,
+  nonGlobalAddressReason,
+  parseIpAddress,
+} from "./special_addresses.ts";
 import { untilAborted } from "../abort.ts";
 import { setBounded } from "../cache.ts";
 
@@ -80,8 +84,8 @@ export interface CheckedCallback {
   host: string;
   /**
    * The addresses that passed the check, in the resolver's order: connect to these only. Null
-   * when there was nothing to check (private networks allowed): the HTTP client resolves the
-   * name itself, as before the check existed, and keeps its connections by name.
+   * only for a target made without {@linkcode checkCallback}: the HTTP client then resolves the
+   * name itself and keeps its connections by name.
    */
   addresses: string[] | null;
 }
@@ -91,10 +95,7 @@ export interface CheckOptions {
   policy: CallbackPolicy;
   /** Only for the message of a lookup cut short by `signal`. */
   timeoutMs: number;
-  /**
-   * {@linkcode resolveHost} by default, used only where addresses are checked. When given, it is
-   * used (and its answer connected to) whatever the policy.
-   */
+  /** {@linkcode resolveHost} by default. */
   resolve?: ResolveHost;
   /** Where passing checks are kept briefly; without it, every check resolves the name. */
   checkedAddresses?: CheckedAddresses;
@@ -118,10 +119,6 @@ export async function checkCallback(
   const host = callbackHost(url);
   // A literal address needs no lookup; callbackUrlProblem has judged it.
   if (parseIpAddress(host) !== null) return { url, host, addresses: [host] };
-  if (options.policy.allowPrivateNetworks && options.resolve === undefined) {
-    return { url, host, addresses: null };
-  }
-
   const kept = options.checkedAddresses?.get(host) ?? null;
   if (kept !== null) return { url, host, addresses: kept };
   let answers: string[];
@@ -133,14 +130,18 @@ export async function checkCallback(
     }
     return { problem: `${host} does not resolve (${describeLookupError(error)})` };
   }
-  if (!options.policy.allowPrivateNetworks) {
-    // One refused address refuses the name: a name that mixes public and private answers is
-    // either misconfigured or an attempt to reach the private one.
-    for (const address of answers) {
-      const reason = nonGlobalAddressReason(address);
-      if (reason !== null) {
-        return { problem: `${host} resolves to an address that is not public: ${reason}` };
-      }
+  // One refused address refuses the name: a name that mixes public and private answers is either
+  // misconfigured or an attempt to reach the private one. A metadata service is refused even
+  // where private networks are allowed.
+  for (const address of answers) {
+    if (options.policy.allowPrivateNetworks) {
+      const metadata = metadataAddressReason(address);
+      if (metadata !== null) return { problem: `${host} resolves to ${metadata}` };
+      continue;
+    }
+    const reason = nonGlobalAddressReason(address);
+    if (reason !== null) {
+      return { problem: `${host} resolves to an address that is not public: ${reason}` };
     }
   }
   const addresses = answers.filter((address) => parseIpAddress(address) !== null);

@@ -6,7 +6,11 @@
  * resolved addresses again at send time and connects to one of them.
  */
 import type { CallbackPolicy } from "./callback_policy.ts";
-import { nonGlobalAddressReason, parseIpAddress } from "./special_addresses.ts";
+import {
+  metadataAddressReason,
+  nonGlobalAddressReason,
+  parseIpAddress,
+} from "./special_addresses.ts";
 
 /** Why a callback URL is refused, or null when it is acceptable. */
 export function callbackUrlProblem(text: string, policy: CallbackPolicy): string | null {
@@ -20,10 +24,14 @@ export function callbackUrlProblem(text: string, policy: CallbackPolicy): string
   if (url.username !== "" || url.password !== "") return "must not carry credentials";
   if (url.hash !== "") return "must not have a fragment";
   if (url.protocol !== "https:" && !policy.allowHttp) return "must use https";
-  if (policy.allowPrivateNetworks) return null;
   // The URL parser has already turned IPv4 spellings such as 2852039166 or 0xa9.0xfe.0xa9.0xfe
   // into dotted decimal, so a host is either an address in plain form or a name.
   const host = callbackHost(url).replace(/\.$/, "");
+  if (policy.allowPrivateNetworks) {
+    // Every metadata address is private too: only here does this check add anything.
+    const metadata = metadataAddressReason(host);
+    return metadata === null ? null : `must not point at ${metadata}`;
+  }
   if (host === "localhost" || host.endsWith(".localhost")) return "must not point at localhost";
   if (parseIpAddress(host) !== null) {
     const reason = nonGlobalAddressReason(host);

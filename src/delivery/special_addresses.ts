@@ -252,6 +252,43 @@ export function nonGlobalAddressReason(address: string): string | null {
   return range.globallyReachable === true ? null : `${address} is in ${describe(range)}`;
 }
 
+/**
+ * The cloud providers' instance metadata services, which hand out the machine's credentials to
+ * whoever asks from it: never a callback, even where private networks are allowed. The Deno
+ * permissions deny them too (src/permissions.ts), and the systemd unit denies link-local.
+ */
+export const CLOUD_METADATA_ADDRESSES: readonly string[] = [
+  "169.254.169.254", // AWS, Google Cloud, Azure, Oracle, DigitalOcean, OpenStack
+  "169.254.170.2", // AWS ECS task metadata
+  "100.100.100.200", // Alibaba Cloud
+  "fd00:ec2::254", // AWS over IPv6
+];
+const METADATA_BYTES = CLOUD_METADATA_ADDRESSES.map((address) => parseIpAddress(address)!);
+
+/**
+ * Why `address` is a cloud metadata service ({@linkcode CLOUD_METADATA_ADDRESSES}), in any
+ * spelling, carried in an IPv6 address or not; null when it is not one.
+ */
+export function metadataAddressReason(address: string): string | null {
+  const bytes = parseIpAddress(address);
+  if (bytes === null) return null;
+  const candidates = [bytes];
+  const range = rangeOfBytes(bytes);
+  if (range?.embedsIPv4 !== undefined) {
+    const at = range.embedsIPv4 === "6to4" ? 2 : 12;
+    candidates.push(bytes.slice(at, at + 4));
+  }
+  for (const candidate of candidates) {
+    const index = METADATA_BYTES.findIndex((metadata) =>
+      metadata.length === candidate.length && metadata.every((byte, i) => byte === candidate[i])
+    );
+    if (index !== -1) {
+      return `${address} is a cloud metadata service (${CLOUD_METADATA_ADDRESSES[index]})`;
+    }
+  }
+  return null;
+}
+
 function describe(range: SpecialPurposeRange): string {
   return `${range.cidr} (${range.name})`;
 }
