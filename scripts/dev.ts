@@ -131,6 +131,8 @@ async function main(args: string[]): Promise<number> {
     DATA_DIR: nonEmpty(Deno.env.get("DATA_DIR")) ?? DEFAULT_DATA_DIR,
     PORT: nonEmpty(Deno.env.get("PORT")) ?? "8080",
     HOST: nonEmpty(Deno.env.get("HOST")) ?? "127.0.0.1",
+    // Development is asked for here, not assumed: a localhost callback needs its rules.
+    NODE_ENV: nonEmpty(Deno.env.get("NODE_ENV")) ?? "development",
   };
   try {
     readConfig({ ...Deno.env.toObject(), ...own });
@@ -359,9 +361,11 @@ function printBanner(ready: Ready, dataDir: string): void {
   say(
     "",
     bold("Receive deliveries at your endpoint") +
-      dim(" (http://localhost works outside production):"),
+      dim(" (http://localhost works when development is asked for):"),
   );
-  command(`${cli} tenant set-callback ${tenant} --url http://localhost:3000/webhooks`);
+  command(
+    `NODE_ENV=development ${cli} tenant set-callback ${tenant} --url http://localhost:3000/webhooks`,
+  );
   console.log(dim("  No endpoint yet? This one prints each delivery and checks its signature:"));
   command(
     `deno task callback-receiver --port 3000 --path /webhooks --secret ${

@@ -39,6 +39,7 @@ import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_mainten
 import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "./events/ingest_batch.ts";
 import { Dispatcher } from "./delivery/dispatcher.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
+import { remoteHostWithoutTls } from "./db/postgres_tls.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
 import { observeBacklog, redactRuntimeUrls } from "./telemetry.ts";
 
@@ -74,6 +75,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     engine: cryptoEngine,
   });
   const box = new SecretBox(await loadMasterKey(config, log), config.encryptionKeyPrevious);
+  warnAboutPlainDatabaseConnection(config, log);
   const db = await connectDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -235,6 +237,21 @@ async function storeaRootCertificates(config: Config, log: Logger): Promise<Uint
     });
   }
   return roots;
+}
+
+/**
+ * A `DATABASE_URL` to another machine with no `sslmode`: worth a warning at each boot, except
+ * where development or test was asked for (docs/operations.md, "TLS to PostgreSQL").
+ */
+function warnAboutPlainDatabaseConnection(config: Config, log: Logger): void {
+  if (config.setVariables.includes("NODE_ENV") && config.env !== "production") return;
+  const host = remoteHostWithoutTls(config.databaseUrl);
+  if (host === null) return;
+  log.warn("database_tls_unset", {
+    host,
+    hint: "DATABASE_URL has no sslmode: add ?sslmode=verify-full (with DATABASE_CA_FILE for a " +
+      "private CA), or sslmode=disable to say the network is trusted",
+  });
 }
 
 /** Their store B notifications are refused (docs/operations.md, "Store B (Google Play)"). */

@@ -88,6 +88,8 @@ export interface Config {
   callbackAllowPrivateNetworks: boolean;
   /** Deprecated variables that are set (the boot warns about them). */
   deprecatedVariables: string[];
+  /** The names of the variables set in the environment (never their values): what was asked for. */
+  setVariables: string[];
   /** How long shutdown waits for requests in flight. */
   shutdownTimeoutMs: number;
   /** Days a finished delivery is kept, with its attempts and event; 0 keeps them forever. */
@@ -108,8 +110,11 @@ export class ConfigError extends RelayError {
 
 type Env = Record<string, string | undefined>;
 
-/** The value read for another variable of the table: what a computed default may depend on. */
-export type ValueOf = (name: string) => unknown;
+/**
+ * The value read for another variable of the table: what a computed default may depend on; and
+ * whether that variable was set at all.
+ */
+export type ValueOf = ((name: string) => unknown) & { isSet(name: string): boolean };
 
 /** One variable, as {@linkcode readConfig} and the reference see it. */
 export interface ConfigVariable<K extends keyof Config = keyof Config> {
@@ -175,13 +180,17 @@ function isProduction(valueOf: ValueOf): boolean {
   return valueOf("NODE_ENV") === "production";
 }
 
-/** A callback allowance: the deprecated CALLBACK_ALLOW_INSECURE when set, else not in production. */
+/**
+ * A callback allowance: the deprecated CALLBACK_ALLOW_INSECURE when set; else on only when
+ * development or test was asked for, since an unset NODE_ENV must be as safe as production.
+ */
 function callbackAllowanceDefault(valueOf: ValueOf): boolean {
-  return (valueOf("CALLBACK_ALLOW_INSECURE") as boolean | null) ?? !isProduction(valueOf);
+  return (valueOf("CALLBACK_ALLOW_INSECURE") as boolean | null) ??
+    (valueOf.isSet("NODE_ENV") && !isProduction(valueOf));
 }
 
 const CALLBACK_ALLOWANCE_DEFAULT =
-  "`false` when `NODE_ENV` is `production`, else `true` (or `CALLBACK_ALLOW_INSECURE` when set)";
+  "`true` when `NODE_ENV` is `development` or `test`, else `false`, as in production (or `CALLBACK_ALLOW_INSECURE` when set)";
 
 /**
  * Every variable the service reads, by group, in the order the reference and the example file
@@ -197,7 +206,7 @@ export const CONFIG_GROUPS = [
         parser: oneOf(["production", "development", "test"]),
         default: "development",
         description:
-          "Deployment mode, logged as `env` in `listening`. `production` requires `ENCRYPTION_KEY`, keeps stack traces and error messages out of the logs, and allows only https callback URLs that resolve to public addresses: see [Production settings](#production-settings).",
+          "Deployment mode, logged as `env` in `listening`. `production` requires `ENCRYPTION_KEY`, keeps stack traces and error messages out of the logs, and allows only https callback URLs that resolve to public addresses: see [Production settings](#production-settings). Unset, it is `development` for the logs and the generated key, but callbacks follow production's rules until `development` or `test` is asked for (`deno task dev` does); the `listening` line says which rules apply and why.",
         example: { set: "production" },
       }),
       variable({
@@ -243,8 +252,11 @@ export const CONFIG_GROUPS = [
         defaultText:
           "unset: the embedded engine in `DATA_DIR`, for one process on one machine only",
         description:
-          "The PostgreSQL server, `postgres://USER:PASSWORD@HOST:PORT/DATABASE` with the password's special characters percent-encoded. Never logged. TLS: `?sslmode=verify-full` checks the server (with `DATABASE_CA_FILE` when its CA is not a public one), `require` only encrypts; see [TLS to PostgreSQL](#tls-to-postgresql).",
-        example: { set: "postgres://purchase_relay:CHANGE_ME@db.internal:5432/purchase_relay" },
+          "The PostgreSQL server, `postgres://USER:PASSWORD@HOST:PORT/DATABASE` with the password's special characters percent-encoded. Never logged. TLS: `?sslmode=verify-full` checks the server (with `DATABASE_CA_FILE` when its CA is not a public one), `require` only encrypts; a host other than this machine without `sslmode` logs `database_tls_unset` at boot unless `NODE_ENV` is `development` or `test`. See [TLS to PostgreSQL](#tls-to-postgresql).",
+        example: {
+          set:
+            "postgres://purchase_relay:CHANGE_ME@db.internal:5432/purchase_relay?sslmode=verify-full",
+        },
       }),
     ],
   },
@@ -592,7 +604,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = CONFIG_GROUPS.flatMap
 // Every field of Config is some row's, or the one readConfig fills itself: a field added to
 // Config without its row fails `deno task check` here.
 type FilledByRows = (typeof CONFIG_GROUPS)[number]["variables"][number]["field"];
-type Unfilled = Exclude<keyof Config, FilledByRows | "deprecatedVariables">;
+type Unfilled = Exclude<keyof Config, FilledByRows | "deprecatedVariables" | "setVariables">;
 const _everyFieldHasItsRow: [Unfilled] extends [never] ? true : Unfilled = true;
 
 const VARIABLES_BY_NAME = new Map(CONFIG_VARIABLES.map((row) => [row.name, row]));
@@ -601,7 +613,7 @@ const VARIABLES_BY_NAME = new Map(CONFIG_VARIABLES.map((row) => [row.name, row])
 export function readConfig(env: Env): Config {
   const values = new Map<string, unknown>();
   const reading = new Set<string>();
-  const valueOf: ValueOf = (name) => {
+  const valueOf: ValueOf = Object.assign((name: string) => {
     const row = VARIABLES_BY_NAME.get(name);
     if (row === undefined) throw new Error(`${name} is not in the configuration table`);
     if (!values.has(name)) {
@@ -610,16 +622,16 @@ export function readConfig(env: Env): Config {
       values.set(name, readVariable(row, env, valueOf));
     }
     return values.get(name);
-  };
+  }, { isSet: (name: string) => textOf(env, name) !== undefined });
 
   const config: Record<string, unknown> = {};
   for (const row of CONFIG_VARIABLES) {
     const value = valueOf(row.name);
     if (row.field !== null) config[row.field] = value;
   }
-  config.deprecatedVariables = CONFIG_VARIABLES
-    .filter((row) => row.deprecated && textOf(env, row.name) !== undefined)
-    .map((row) => row.name);
+  const set = CONFIG_VARIABLES.filter((row) => valueOf.isSet(row.name));
+  config.deprecatedVariables = set.filter((row) => row.deprecated).map((row) => row.name);
+  config.setVariables = set.map((row) => row.name);
   return config as unknown as Config;
 }
 

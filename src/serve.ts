@@ -9,6 +9,7 @@ import type { Logger } from "./log.ts";
 import { newId } from "./ids.ts";
 import { internalErrorResponse } from "./http/server.ts";
 import { createApp } from "./app.ts";
+import { describeCallbackRules } from "./delivery/callback_policy.ts";
 import { dropStrayWriteAfterEnd } from "./stray_rejections.ts";
 import { launcherGone } from "./launcher_pipe.ts";
 
@@ -47,6 +48,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
         });
       },
     }, app.handler);
+    const rules = describeCallbackRules(config);
     log.info("listening", {
       port: server.addr.transport === "tcp" ? server.addr.port : config.port,
       host: config.host,
@@ -54,6 +56,8 @@ export async function serve(config: Config, log: Logger): Promise<void> {
       version: config.version,
       database: app.database,
       cryptoEngine: app.cryptoEngine,
+      callbacks: rules.callbacks,
+      callbacksBecause: rules.because,
     });
 
     const stop = await stopped.promise;

@@ -5,7 +5,11 @@
  */
 import assert from "node:assert/strict";
 import { ConfigError, readConfig } from "../src/config.ts";
-import { callbackPolicyOf, logCallbackPolicy } from "../src/delivery/callback_policy.ts";
+import {
+  callbackPolicyOf,
+  describeCallbackRules,
+  logCallbackPolicy,
+} from "../src/delivery/callback_policy.ts";
 import { Logger } from "../src/log.ts";
 
 const KEY = btoa(String.fromCharCode(...new Uint8Array(32)));
@@ -15,10 +19,35 @@ function policy(env: Record<string, string>) {
   return callbackPolicyOf(readConfig(env));
 }
 
-Deno.test("callback policy: both off in production, both on elsewhere", () => {
+Deno.test("callback policy: both off in production and when nothing is set, on when asked", () => {
   assert.deepEqual(policy(PRODUCTION), { allowHttp: false, allowPrivateNetworks: false });
-  assert.deepEqual(policy({}), { allowHttp: true, allowPrivateNetworks: true });
+  // Nothing set is as safe as production: development is asked for, never assumed.
+  assert.deepEqual(policy({}), { allowHttp: false, allowPrivateNetworks: false });
+  assert.deepEqual(policy({ NODE_ENV: " " }), { allowHttp: false, allowPrivateNetworks: false });
+  assert.deepEqual(policy({ NODE_ENV: "development" }), {
+    allowHttp: true,
+    allowPrivateNetworks: true,
+  });
   assert.deepEqual(policy({ NODE_ENV: "test" }), { allowHttp: true, allowPrivateNetworks: true });
+  // The quick start's generated key needs no NODE_ENV.
+  assert.equal(readConfig({}).encryptionKey, null);
+});
+
+Deno.test("callback policy: the boot line says which rules apply and why", () => {
+  const rules = (env: Record<string, string>) => describeCallbackRules(readConfig(env));
+  assert.deepEqual(rules({}), {
+    callbacks: "https only, public addresses only",
+    because: "NODE_ENV is unset, which keeps production's callback rules (deno task dev, " +
+      "NODE_ENV=development or the CALLBACK_ALLOW_* variables relax them)",
+  });
+  assert.deepEqual(rules({ NODE_ENV: "development" }), {
+    callbacks: "http or https, private addresses allowed",
+    because: "NODE_ENV is development",
+  });
+  assert.deepEqual(rules({ ...PRODUCTION, CALLBACK_ALLOW_HTTP: "true" }), {
+    callbacks: "http or https, public addresses only",
+    because: "CALLBACK_ALLOW_HTTP is set; otherwise NODE_ENV is production",
+  });
 });
 
 Deno.test("callback policy: each variable sets its own allowance", () => {
@@ -30,7 +59,7 @@ Deno.test("callback policy: each variable sets its own allowance", () => {
     allowHttp: false,
     allowPrivateNetworks: true,
   });
-  assert.deepEqual(policy({ CALLBACK_ALLOW_PRIVATE_NETWORKS: "false" }), {
+  assert.deepEqual(policy({ NODE_ENV: "development", CALLBACK_ALLOW_PRIVATE_NETWORKS: "false" }), {
     allowHttp: true,
     allowPrivateNetworks: false,
   });
@@ -88,7 +117,8 @@ Deno.test("callback policy: the boot says when a check is relaxed, warning in pr
   assert.equal(relaxed.level, "warn");
   assert.equal(relaxed.allowHttp, false);
   assert.equal(relaxed.allowPrivateNetworks, true);
-  const [development] = linesOf({});
+  assert.deepEqual(linesOf({}), []);
+  const [development] = linesOf({ NODE_ENV: "development" });
   assert.equal(development.msg, "callback_checks_relaxed");
   assert.equal(development.level, "info");
   const deprecated = linesOf({ ...PRODUCTION, CALLBACK_ALLOW_INSECURE: "false" });

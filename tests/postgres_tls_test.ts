@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { ConfigError } from "../src/config.ts";
-import { postgresTls } from "../src/db/postgres_tls.ts";
+import { postgresTls, remoteHostWithoutTls } from "../src/db/postgres_tls.ts";
 import { ENGINE, runCli, type RunningService, startService } from "./helpers/service.ts";
 import { startTlsCluster, type TlsCluster } from "./helpers/postgres_tls.ts";
 
@@ -178,4 +178,44 @@ Deno.test("sslmode and DATABASE_CA_FILE: what the service can honour, and what i
       return true;
     });
   }
+});
+
+Deno.test("a DATABASE_URL to another machine without sslmode is named for the boot's warning", () => {
+  const cases: [string | null, string | null][] = [
+    [null, null],
+    ["postgres://u:p@db.internal:5432/relay", "db.internal"],
+    ["postgres://u:p@10.0.0.5/relay", "10.0.0.5"],
+    ["postgres://u:p@[2001:db8::5]:5432/relay", "2001:db8::5"],
+    ["postgres://u:p@localhost/relay?host=db.internal", "db.internal"],
+    ["postgres://u:p@db.internal/relay?sslmode=verify-full", null],
+    ["postgres://u:p@db.internal/relay?sslmode=disable", null],
+    ["postgres://u:p@127.0.0.1:5432/relay", null],
+    ["postgres://u:p@localhost/relay", null],
+    ["postgres://u:p@[::1]/relay", null],
+    ["postgres://u:p@localhost/relay?host=/var/run/postgresql", null],
+  ];
+  for (const [url, host] of cases) assert.equal(remoteHostWithoutTls(url), host, String(url));
+});
+
+Deno.test("the boot warns of a remote DATABASE_URL without sslmode, in production only", async () => {
+  // 192.0.2.1 (documentation) never answers: the boot fails after the warning, quickly.
+  const env = {
+    DATABASE_URL: "postgres://relay@192.0.2.1:5432/relay",
+    DATABASE_CONNECT_TIMEOUT: "1s",
+    PORT: "0",
+  };
+  const linesOf = async (nodeEnv: string) => {
+    const run = await runCli(["serve"], { ...env, NODE_ENV: nodeEnv });
+    assert.equal(run.code, 1, run.stdout);
+    return run.stdout.trim().split("\n").map((line) => JSON.parse(line));
+  };
+  const production = await linesOf("production");
+  const warning = production.find((line) => line.msg === "database_tls_unset");
+  assert.ok(warning, JSON.stringify(production));
+  assert.equal(warning.level, "warn");
+  assert.equal(warning.host, "192.0.2.1");
+  assert.ok(!JSON.stringify(warning).includes("postgres://"), "the URL stays out of the log");
+  assert.ok(production.some((line) => line.msg === "startup_failed"));
+  const development = await linesOf("development");
+  assert.ok(!development.some((line) => line.msg === "database_tls_unset"));
 });

@@ -170,3 +170,20 @@ export function certificateError(
     { cause: error },
   );
 }
+
+/**
+ * The host of `databaseUrl` when it is another machine and the URL says nothing of TLS (no
+ * `sslmode`): the password and every tenant's sealed secrets would cross the network as the
+ * server allows, in the clear by default. Null for no URL, a loopback host, a Unix socket, or
+ * any `sslmode`, `disable` included (then the operator said the network is trusted).
+ */
+export function remoteHostWithoutTls(databaseUrl: string | null): string | null {
+  if (databaseUrl === null) return null;
+  const url = new URL(databaseUrl);
+  if (url.searchParams.has("sslmode")) return null;
+  // libpq's host parameter wins over the URL's host; a path is a Unix socket.
+  const host = (url.searchParams.get("host") ?? url.hostname).replace(/^\[|\]$/g, "");
+  const loopback = host === "" || host.startsWith("/") || host === "localhost" ||
+    host === "::1" || /^127\./.test(host);
+  return loopback ? null : host;
+}
