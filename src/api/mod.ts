@@ -10,6 +10,11 @@ import { type StoreaVerifyDeps, storeaVerifyHandler } from "./storea_verify.ts";
 import { type StorebVerifyDeps, storebVerifyHandler } from "./storeb_verify.ts";
 import { type StoreaWebhookDeps, storeaWebhookHandler } from "./storea_webhook.ts";
 import { type StorebWebhookDeps, storebWebhookHandler } from "./storeb_webhook.ts";
+import { storebAcknowledgeHandler } from "./storeb_acknowledge.ts";
+import { storebConsumeHandler } from "./storeb_consume.ts";
+import { storeaSubscriptionsHandler } from "./storea_subscriptions.ts";
+import { storeaHistoryHandler } from "./storea_history.ts";
+import { storeaConsumptionHandler } from "./storea_consumption.ts";
 
 /** Everything the endpoints need, built once by the composition root (src/app.ts). */
 export type ApiDeps =
@@ -48,6 +53,41 @@ export const ENDPOINTS = [
     pattern: "/v1/storeb/verify",
     auth: "api-key",
     handler: storebVerifyHandler,
+  },
+  {
+    name: "storeb-acknowledge",
+    method: "POST",
+    pattern: "/v1/storeb/acknowledge",
+    auth: "api-key",
+    handler: storebAcknowledgeHandler,
+  },
+  {
+    name: "storeb-consume",
+    method: "POST",
+    pattern: "/v1/storeb/consume",
+    auth: "api-key",
+    handler: storebConsumeHandler,
+  },
+  {
+    name: "storea-subscriptions",
+    method: "POST",
+    pattern: "/v1/storea/subscriptions",
+    auth: "api-key",
+    handler: storeaSubscriptionsHandler,
+  },
+  {
+    name: "storea-history",
+    method: "POST",
+    pattern: "/v1/storea/history",
+    auth: "api-key",
+    handler: storeaHistoryHandler,
+  },
+  {
+    name: "storea-consumption",
+    method: "POST",
+    pattern: "/v1/storea/consumption",
+    auth: "api-key",
+    handler: storeaConsumptionHandler,
   },
   {
     name: "storea-webhook",

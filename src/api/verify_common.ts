@@ -15,6 +15,7 @@ import type { SingleFlight } from "../single_flight.ts";
 import type { ValidationAudit } from "../audit/validation_audit.ts";
 import type { Span } from "@opentelemetry/api";
 import { ATTR, recordVerifyOutcome, withSpan } from "../telemetry.ts";
+import type { Logger } from "../log.ts";
 
 /**
  * A request field that becomes a path segment of the store's URL: `min` to `max` characters of
@@ -33,9 +34,10 @@ export function pathSegmentField(min: number, max: number): z.ZodString {
     });
 }
 
-/** What the verify endpoints share. */
+/** What the verify endpoints, and the store gateway's endpoints beside them, share. */
 export interface VerifyDeps {
   version: string;
+  log: Logger;
   authenticator: Authenticator;
   rateLimiter: RateLimiter;
   /** The tenant's store credentials (cached briefly by the caller). */
@@ -69,6 +71,8 @@ export type Store = keyof TenantCredentials;
 /** An authenticated, rate-limited, validated verify request with its store's credentials. */
 export interface AdmittedRequest<T, S extends Store> {
   tenantId: string;
+  /** The id of the API key that authenticated it (for the logs of store actions). */
+  keyId: string;
   body: T;
   credentials: NonNullable<TenantCredentials[S]>;
 }
@@ -95,6 +99,7 @@ export async function admitVerifyRequest<T, S extends Store>(
   if (credentials === null) throw credentialsMissing(store);
   return {
     tenantId: owner.tenantId,
+    keyId: owner.keyId,
     body,
     credentials: credentials as NonNullable<TenantCredentials[S]>,
   };
@@ -164,6 +169,41 @@ async function verifyAndRecord<T extends VerifyOutcomeSummary>(
     });
     throw error;
   }
+}
+
+/** One change made at a store on a tenant's behalf (acknowledge, consume, consumption info). */
+export interface StoreAction {
+  tenantId: string;
+  keyId: string;
+  store: Store;
+  /** What was done, e.g. `acknowledge`. */
+  action: string;
+  productId?: string;
+  transactionId?: string;
+  /** Only a short digest of it is logged: purchase tokens are never logged whole. */
+  purchaseToken?: string;
+  /** What came of it, e.g. `acknowledged`, `already_acknowledged`, or an error code. */
+  outcome: string;
+}
+
+/**
+ * Logs a store action at `info` as `store_action` (docs/operations.md, "Log messages"): who
+ * asked (tenant and API key id), what, about which product or transaction, and what came of it;
+ * a purchase token only as the first 12 hex digits of its SHA-256.
+ */
+export async function logStoreAction(log: Logger, action: StoreAction): Promise<void> {
+  const { purchaseToken, ...fields } = action;
+  log.info("store_action", {
+    ...fields,
+    ...(purchaseToken === undefined
+      ? {}
+      : { purchaseTokenSha256: await shortDigest(purchaseToken) }),
+  });
+}
+
+async function shortDigest(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return new Uint8Array(digest).toHex().slice(0, 12);
 }
 
 /** The HTTP 200 answer of a domain failure (docs/integration.md, "Domain failure (HTTP 200)"). */
