@@ -8,7 +8,8 @@
  * nothing else. It stays in front of the service: SIGINT, SIGTERM and SIGHUP sent to it reach the
  * service once, and it exits with the service's exit code. Its own end, however it comes (SIGKILL
  * included), ends `serve` as SIGTERM would: the service's standard input is a pipe that only this
- * script holds (src/launcher_pipe.ts).
+ * script holds (src/launcher_pipe.ts). The end of the task runner in front of it, however it
+ * comes, reaches the service as SIGTERM too.
  * @module
  */
 import { fileURLToPath } from "node:url";
@@ -19,6 +20,8 @@ const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 /** A signal that comes again within this time is the same one, delivered twice. */
 const DUPLICATE_SIGNAL_MS = 500;
+/** How often `serve`'s launcher checks that the process that started it is still there. */
+const PARENT_CHECK_MS = 500;
 /** Signal numbers on Linux and macOS, for the shell's 128 + n exit code of a killed child. */
 const SIGNAL_NUMBERS: Partial<Record<Deno.Signal, number>> = {
   SIGHUP: 1,
@@ -59,17 +62,28 @@ async function launch(args: string[]): Promise<number> {
   // passed on by the task runner. The copies come within milliseconds; a person's second Ctrl-C,
   // which should end the drain at once, comes later.
   const lastForwarded = new Map<Deno.Signal, number>();
-  for (const signal of FORWARDED) {
-    Deno.addSignalListener(signal, () => {
-      const now = performance.now();
-      if (now - (lastForwarded.get(signal) ?? -Infinity) < DUPLICATE_SIGNAL_MS) return;
-      lastForwarded.set(signal, now);
-      try {
-        child.kill(signal);
-      } catch {
-        // already exited
-      }
-    });
+  const forward = (signal: Deno.Signal) => {
+    const now = performance.now();
+    if (now - (lastForwarded.get(signal) ?? -Infinity) < DUPLICATE_SIGNAL_MS) return;
+    lastForwarded.set(signal, now);
+    try {
+      child.kill(signal);
+    } catch {
+      // already exited
+    }
+  };
+  for (const signal of FORWARDED) Deno.addSignalListener(signal, () => forward(signal));
+  if (serving) {
+    // The task runner in front of this script can be killed alone (`kill -9` of its pid, a
+    // harness's `child.kill("SIGKILL")`), which leaves this script running with a new parent.
+    // That is the runner's stop, passed on as the SIGTERM it would have passed on itself.
+    const parent = Deno.ppid;
+    const orphaned = setInterval(() => {
+      if (Deno.ppid === parent) return;
+      clearInterval(orphaned);
+      forward("SIGTERM");
+    }, PARENT_CHECK_MS);
+    Deno.unrefTimer(orphaned);
   }
   const status = await child.status;
   if (status.signal === null) return status.code;

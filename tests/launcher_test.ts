@@ -166,6 +166,47 @@ Deno.test("launcher: a SIGKILL of deno task start's group ends the service; a ne
   }
 });
 
+Deno.test("launcher: a SIGKILL of the task runner alone ends the launcher and the service", async () => {
+  const db = await freshDatabase();
+  const port = freePort();
+  const env = {
+    ...db.env,
+    NODE_ENV: "test",
+    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+    HOST: "127.0.0.1",
+    PORT: String(port),
+  };
+  const task = startTask(env, { ownGroup: false });
+  const left: number[] = [];
+  try {
+    await waitFor200(`http://127.0.0.1:${port}/ready`, 60_000, task.child.status);
+    const [launcher] = await childrenOf(task.child.pid);
+    left.push(launcher, await serviceUnder(task.child.pid));
+
+    // A harness that stops its child with SIGKILL: only the runner's own pid gets it.
+    task.child.kill("SIGKILL");
+    await task.child.status;
+    const deadline = Date.now() + 10_000;
+    while ((await Promise.all(left.map(running))).some((r) => r) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    for (const pid of left) assert.ok(!await running(pid), `${pid} still runs\n${task.output()}`);
+    await task.drained;
+    const shutdowns = task.lines().filter((line) => line.msg === "shutdown");
+    assert.deepEqual(shutdowns.map(({ signal }) => signal), ["SIGTERM"]);
+  } finally {
+    for (const pid of left) if (await running(pid)) Deno.kill(pid, "SIGKILL");
+    try {
+      task.child.kill("SIGKILL");
+    } catch {
+      // gone
+    }
+    await task.child.status;
+    await task.drained;
+    await db.drop();
+  }
+});
+
 Deno.test("launcher: deno task cli gives a command its standard input (a secret from -)", async () => {
   const db = await freshDatabase({ migrated: true });
   try {
