@@ -1,7 +1,10 @@
 /**
- * The App Store Server API's Get Transaction Info call, with the error mapping the verify endpoint
- * needs. One call is retried once when Apple says to try again (5xx, errorCode 5000001) or the
- * connection broke, within the caller's deadline.
+ * The App Store Server API, with the error mapping every store A endpoint shares
+ * (docs/integration.md, "Errors"): one ES256 token per tenant key, the caller's deadline, 429
+ * `RATE_LIMITED` from Apple's millisecond `Retry-After`, and 502 `APPLE_API_ERROR` with
+ * `details.status` and `details.upstreamCode` for anything unexpected. A call that is safe to send
+ * twice is retried once when Apple says to try again (5xx, errorCode 5000001) or the connection
+ * broke, within the caller's deadline (docs/architecture.md, "Retrying store A calls").
  */
 import {
   rateLimited,
@@ -17,12 +20,42 @@ import { ATTR, withSpan } from "../telemetry.ts";
 /** The two App Store environments, lower-case as in the verify API. */
 export type StoreaEnvironmentName = "production" | "sandbox";
 
-/** What one environment said about a transaction id. */
-export type TransactionLookup =
-  | { kind: "found"; signedTransactionInfo: string }
+/** One call of the App Store Server API. */
+export interface StoreaRequest {
+  /** For spans: `get_transaction`, `subscriptions`, `history`, `consumption`... */
+  operation: string;
+  method: "GET" | "POST" | "PUT";
+  /**
+   * The path after the environment's base URL, each segment already percent-encoded; segments
+   * from a request are checked by `pathSegmentField`, so `.` and `..` never reach here.
+   */
+  path: string;
+  /** Query parameters in order; a name may repeat (Apple's filters do). */
+  query?: ReadonlyArray<readonly [string, string]>;
+  /** Sent as JSON. */
+  body?: unknown;
+  /**
+   * Whether sending it twice leaves Apple as sending it once does: only then is it retried.
+   * Reads are; a PUT that replaces a record is; a POST that makes something new is not
+   * (docs/architecture.md, "Retrying store A calls").
+   */
+  idempotent: boolean;
+  /**
+   * Whether Apple's 400 is the caller's to answer (the request carried the tenant's own values)
+   * rather than a 502 (the service built the request wrong).
+   */
+  answersBadRequest?: boolean;
+}
+
+/** What Apple answered, once rate limits, retries and unexpected statuses are dealt with. */
+export type StoreaAnswer =
+  /** 2xx; the body parsed as a JSON object, or null when there was none. */
+  | { kind: "ok"; status: number; body: Record<string, unknown> | null }
   | { kind: "not_found"; upstreamCode: number | null }
-  /** Production answers 401 for apps that were never released: automatic mode then asks sandbox. */
-  | { kind: "unauthorized" };
+  /** 401: a bad key, or production for an app never released. */
+  | { kind: "unauthorized" }
+  /** 400, for a request with `answersBadRequest`. */
+  | { kind: "bad_request"; upstreamCode: number | null; errorMessage: string | null };
 
 /** Where the API lives. */
 export interface StoreaApiClientOptions {
@@ -53,53 +86,68 @@ export class StoreaApiClient {
   }
 
   /**
-   * Looks `transactionId` up in `environment`. Throws the verify endpoint's errors: 429
-   * `RATE_LIMITED`, 502 `APPLE_API_ERROR`.
+   * Sends `request` to `environment` with the tenant's token.
+   * @throws {ServiceError} 429 `RATE_LIMITED` when Apple's rate limit was hit; 502
+   * `APPLE_API_ERROR` for any other unexpected answer, for no answer in time, and for a retryable
+   * failure that happened again (or once, for a request that is not idempotent).
    */
-  getTransactionInfo(
+  send(
     credentials: StoreaCredentials,
-    transactionId: string,
+    request: StoreaRequest,
     options: { environment: StoreaEnvironmentName; signal: AbortSignal },
-  ): Promise<TransactionLookup> {
-    return withSpan("purchase_relay.storea.get_transaction", {
+  ): Promise<StoreaAnswer> {
+    return withSpan(`purchase_relay.storea.${request.operation}`, {
       [ATTR.store]: "storea",
       "purchase_relay.environment": options.environment,
     }, async (span) => {
-      const lookup = await this.#lookUp(credentials, transactionId, options);
-      span?.setAttribute(ATTR.outcome, lookup.kind);
-      return lookup;
+      const answer = await this.#send(credentials, request, options);
+      span?.setAttribute(ATTR.outcome, answer.kind);
+      return answer;
     });
   }
 
-  async #lookUp(
+  async #send(
     credentials: StoreaCredentials,
-    transactionId: string,
+    request: StoreaRequest,
     options: { environment: StoreaEnvironmentName; signal: AbortSignal },
-  ): Promise<TransactionLookup> {
+  ): Promise<StoreaAnswer> {
     const base = options.environment === "production"
       ? this.#options.productionUrl
       : this.#options.sandboxUrl;
-    const url = `${base.replace(/\/+$/, "")}/inApps/v1/transactions/${
-      // A path segment: the verify route refuses "." and ".." (pathSegmentField).
-      encodeURIComponent(transactionId)}`;
+    const url = new URL(`${base.replace(/\/+$/, "")}${request.path}`);
+    for (const [name, value] of request.query ?? []) url.searchParams.append(name, value);
     const token = await this.#options.tokens.tokenFor(credentials);
     try {
-      return await this.#call(url, token, options.signal);
+      return await this.#call(url, token, request, options.signal);
     } catch (error) {
-      if (!(error instanceof RetryableAnswer) || options.signal.aborted) throw upstreamError(error);
+      if (
+        !(error instanceof RetryableAnswer) || !request.idempotent || options.signal.aborted
+      ) throw upstreamError(error, request.idempotent);
       try {
-        return await this.#call(url, token, options.signal);
+        return await this.#call(url, token, request, options.signal);
       } catch (again) {
-        throw upstreamError(again);
+        throw upstreamError(again, true);
       }
     }
   }
 
-  async #call(url: string, token: string, signal: AbortSignal): Promise<TransactionLookup> {
+  async #call(
+    url: URL,
+    token: string,
+    request: StoreaRequest,
+    signal: AbortSignal,
+  ): Promise<StoreaAnswer> {
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${token}`,
+      accept: "application/json",
+    };
+    if (request.body !== undefined) headers["content-type"] = "application/json";
     let response: Response;
     try {
       response = await fetch(url, {
-        headers: { authorization: `Bearer ${token}`, accept: "application/json" },
+        method: request.method,
+        headers,
+        body: request.body === undefined ? undefined : JSON.stringify(request.body),
         redirect: "manual",
         signal,
       });
@@ -114,19 +162,21 @@ export class StoreaApiClient {
     const body = parseObject(text);
     const upstreamCode = typeof body?.errorCode === "number" ? body.errorCode : null;
 
-    if (response.status === 200) {
-      if (typeof body?.signedTransactionInfo !== "string") {
-        throw new ServiceError("APPLE_API_ERROR", "the App Store answered without a transaction", {
-          details: { status: 200, upstreamCode: null },
-        });
+    if (response.status >= 200 && response.status < 300) {
+      if (text.trim() !== "" && body === null) {
+        throw unexpectedBody("with a body that is not JSON", response.status);
       }
-      return { kind: "found", signedTransactionInfo: body.signedTransactionInfo };
+      return { kind: "ok", status: response.status, body };
     }
     if (response.status === 404) return { kind: "not_found", upstreamCode };
     if (response.status === 401) return { kind: "unauthorized" };
     if (response.status === 429) throw appleRateLimited(response.headers.get("retry-after"));
     if (response.status >= 500 || upstreamCode === 5000001) {
       throw new RetryableAnswer(response.status, upstreamCode);
+    }
+    if (response.status === 400 && request.answersBadRequest) {
+      const errorMessage = typeof body?.errorMessage === "string" ? body.errorMessage : null;
+      return { kind: "bad_request", upstreamCode, errorMessage };
     }
     throw new ServiceError(
       "APPLE_API_ERROR",
@@ -138,12 +188,19 @@ export class StoreaApiClient {
   }
 }
 
+/** 502 for a success whose body is not what the call returns. */
+function unexpectedBody(what: string, status: number): ServiceError {
+  return new ServiceError("APPLE_API_ERROR", `the App Store answered ${what}`, {
+    details: { status, upstreamCode: null },
+  });
+}
+
 /** Maps what is left after the retry to 502 `APPLE_API_ERROR` (or passes a mapped error on). */
-function upstreamError(error: unknown): unknown {
+function upstreamError(error: unknown, retried: boolean): unknown {
   if (error instanceof ServiceError) return error;
   if (error instanceof RetryableAnswer) {
     const what = error.status === null ? "could not be reached" : `answered ${error.status}`;
-    return new ServiceError("APPLE_API_ERROR", `the App Store ${what}, twice`, {
+    return new ServiceError("APPLE_API_ERROR", `the App Store ${what}${retried ? ", twice" : ""}`, {
       details: { status: error.status, upstreamCode: error.upstreamCode },
       cause: error.cause,
     });

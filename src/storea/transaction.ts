@@ -91,16 +91,19 @@ export function priceInMinorUnits(milliUnits: number, currency: string): number 
   return Math.round((milliUnits * 10 ** exponent) / 1000);
 }
 
-function isoDate(value: unknown): string | null {
+/** An epoch-ms date as ISO-8601, or null when it is absent or not a finite number. */
+export function isoDate(value: unknown): string | null {
   if (typeof value !== "number" || !Number.isFinite(value)) return null;
   const date = new Date(value);
   return Number.isNaN(date.getTime()) ? null : date.toISOString();
 }
 
-function stringOrNull(value: unknown): string | null {
+/** A string, or null for anything else. */
+export function stringOrNull(value: unknown): string | null {
   return typeof value === "string" ? value : null;
 }
 
-function integerOrNull(value: unknown): number | null {
+/** An integer, or null for anything else. */
+export function integerOrNull(value: unknown): number | null {
   return typeof value === "number" && Number.isInteger(value) ? value : null;
 }

@@ -1,14 +1,32 @@
 /**
  * Store A verification (docs/integration.md, "POST /v1/storea/verify"): finds a transaction in the
  * tenant's environment(s), verifies the JWS the App Store returned, checks the bundle and
- * normalizes.
+ * normalizes. The verifier also carries the store gateway's lookups and actions, which share its
+ * client, its verifier of Apple's signatures and its deadline.
  */
-import { ServiceError } from "../errors.ts";
-import { timeoutSignal } from "../abort.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
-import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
+import type { StoreaJwsVerifier } from "./jws.ts";
 import { normalizeTransaction, type StoreaTransaction } from "./transaction.ts";
+import {
+  askEnvironments,
+  bundleMismatch,
+  malformedAnswer,
+  type StoreaContext,
+  transactionNotFound,
+  verifiedFromStore,
+} from "./lookup.ts";
+import {
+  lookUpSubscriptions,
+  type StoreaSubscriptionsInput,
+  type StoreaSubscriptionsOutcome,
+} from "./subscriptions.ts";
+import { lookUpHistory, type StoreaHistoryInput, type StoreaHistoryOutcome } from "./history.ts";
+import {
+  sendConsumption,
+  type StoreaConsumptionInput,
+  type StoreaConsumptionOutcome,
+} from "./consumption.ts";
 
 /** A store A verify request, as the route validated it. */
 export interface StoreaVerifyInput {
@@ -38,16 +56,16 @@ export type StoreaVerifyOutcome =
 export interface StoreaVerifierOptions {
   client: StoreaApiClient;
   jws: StoreaJwsVerifier;
-  /** The whole verification's deadline, both environments and retries included. */
+  /** Each operation's deadline, both environments and retries included. */
   timeoutMs: number;
 }
 
-/** Verifies store A transactions for any tenant. */
+/** Verifies store A transactions, and looks up and acts for any tenant. */
 export class StoreaVerifier {
-  #options: StoreaVerifierOptions;
+  #context: StoreaContext;
 
   constructor(options: StoreaVerifierOptions) {
-    this.#options = options;
+    this.#context = { client: options.client, jws: options.jws, timeoutMs: options.timeoutMs };
   }
 
   /** Verifies one transaction with the tenant's credentials. Upstream failures throw. */
@@ -55,84 +73,59 @@ export class StoreaVerifier {
     credentials: StoreaCredentials,
     input: StoreaVerifyInput,
   ): Promise<StoreaVerifyOutcome> {
-    const mode = input.environment ?? credentials.environment;
-    // Automatic mode asks production first, then sandbox.
-    const environments: StoreaEnvironmentName[] = mode === "auto"
-      ? ["production", "sandbox"]
-      : [mode];
-    const { signal, clear } = timeoutSignal(this.#options.timeoutMs);
-    try {
-      let lastStatus = 404;
-      for (const [index, environment] of environments.entries()) {
-        const lookup = await this.#options.client.getTransactionInfo(
-          credentials,
-          input.transactionId,
-          { environment, signal },
-        );
-        const isLast = index === environments.length - 1;
-        if (lookup.kind === "unauthorized") {
-          // Production answers 401 for an app never released: worth trying sandbox. Anywhere
-          // else a 401 means the tenant's key is wrong, which the operator has to fix.
-          if (!isLast && environment === "production") continue;
-          throw new ServiceError(
-            "APPLE_API_ERROR",
-            `the App Store refused the tenant's API key in ${environment} (401); check its ` +
-              "key id, issuer id, bundle id and private key",
-            { details: { status: 401, upstreamCode: null } },
-          );
-        }
-        if (lookup.kind === "not_found") {
-          lastStatus = 404;
-          continue;
-        }
-        return await this.#found(credentials, environment, lookup.signedTransactionInfo);
-      }
-      return {
-        valid: false,
-        error: "TRANSACTION_NOT_FOUND",
-        message: `no transaction with this id in ${environments.join(" or ")}`,
-        upstreamStatus: lastStatus,
-      };
-    } finally {
-      clear();
-    }
-  }
-
-  async #found(
-    credentials: StoreaCredentials,
-    environment: StoreaEnvironmentName,
-    signedTransactionInfo: string,
-  ): Promise<StoreaVerifyOutcome> {
-    let payload: Record<string, unknown>;
-    try {
-      // Read from the store over TLS with the tenant's key: no budget for a new chain.
-      payload = await this.#options.jws.verify(signedTransactionInfo, { from: "store" });
-    } catch (error) {
-      if (!(error instanceof JwsInvalidError)) throw error;
-      // Data the App Store returns is trusted only once it verifies.
-      throw new ServiceError(
-        "APPLE_API_ERROR",
-        `the App Store's signedTransactionInfo did not verify: ${error.message}`,
-        { details: { status: 200, upstreamCode: null }, cause: error },
-      );
-    }
+    const { client, jws } = this.#context;
+    const outcome = await askEnvironments(
+      this.#context,
+      credentials,
+      input.environment,
+      (environment, signal) =>
+        client.send(credentials, {
+          operation: "get_transaction",
+          method: "GET",
+          path: `/inApps/v1/transactions/${encodeURIComponent(input.transactionId)}`,
+          idempotent: true,
+        }, { environment, signal }),
+    );
+    if (!outcome.found) return transactionNotFound(outcome.environments);
+    const signedTransactionInfo = outcome.answer.kind === "ok"
+      ? outcome.answer.body?.signedTransactionInfo
+      : undefined;
+    if (typeof signedTransactionInfo !== "string") throw malformedAnswer("without a transaction");
+    const payload = await verifiedFromStore(jws, signedTransactionInfo, "signedTransactionInfo");
     if (payload.bundleId !== credentials.bundleId) {
-      return {
-        valid: false,
-        error: "BUNDLE_ID_MISMATCH",
-        message: `the transaction belongs to bundle ${
-          JSON.stringify(payload.bundleId)
-        }, not this tenant's ${credentials.bundleId}`,
-        upstreamStatus: 200,
-      };
+      return bundleMismatch(payload.bundleId, credentials);
     }
     const transaction = normalizeTransaction(payload, signedTransactionInfo);
     return {
       valid: true,
-      environment,
+      environment: outcome.environment,
       appUserId: transaction.appAccountToken,
       transaction,
       upstreamStatus: 200,
     };
+  }
+
+  /** The statuses of every subscription of the transaction's customer (Get All Subscription Statuses). */
+  subscriptions(
+    credentials: StoreaCredentials,
+    input: StoreaSubscriptionsInput,
+  ): Promise<StoreaSubscriptionsOutcome> {
+    return lookUpSubscriptions(this.#context, credentials, input);
+  }
+
+  /** One page of the transaction's customer's history (Get Transaction History v2). */
+  history(
+    credentials: StoreaCredentials,
+    input: StoreaHistoryInput,
+  ): Promise<StoreaHistoryOutcome> {
+    return lookUpHistory(this.#context, credentials, input);
+  }
+
+  /** Sends consumption information for a refund request (Send Consumption Information v2). */
+  sendConsumption(
+    credentials: StoreaCredentials,
+    input: StoreaConsumptionInput,
+  ): Promise<StoreaConsumptionOutcome> {
+    return sendConsumption(this.#context, credentials, input);
   }
 }
