@@ -1,7 +1,7 @@
 /**
  * A store B (Google Play) simulator for tests, the demo and tenant developers: Google's OAuth
- * token endpoint for service accounts and the Play Developer API's purchase lookups, served by
- * one `Deno.serve` on loopback.
+ * token endpoint for service accounts and the Play Developer API's purchase lookups,
+ * acknowledgements and consumptions, served by one `Deno.serve` on loopback.
  *
  * ```ts
  * const play = await startStorebSimulator();
@@ -14,12 +14,18 @@
  * });
  * // run the service with play.serviceEnv (STOREB_API_URL, STOREB_TOKEN_URL)
  * play.script({ status: 503 }); // the next API call fails once
+ * play.script({ operation: "acknowledge", reset: true, applyWrite: true }); // done, answer lost
+ * play.calls({ operation: "acknowledge" }).length; // acknowledgements received
  * await play.close();
  * ```
  *
  * The token endpoint checks assertions as Google does (RS256 signature with the account's key,
  * `iss`, `aud` = its own token URL, the androidpublisher scope, a lifetime of at most an hour);
- * the API accepts only access tokens it issued, unexpired and not revoked.
+ * the API accepts only access tokens it issued, unexpired and not revoked. Acknowledge and consume
+ * change the stored purchase as Google does: a pending purchase (a product's `purchaseState` 2, a
+ * subscription's `SUBSCRIPTION_STATE_PENDING`) is refused with 400 `FAILED_PRECONDITION`, and
+ * consuming a product acknowledges it too. Google does not document its answer to a repeated
+ * acknowledge or consume; the simulator answers 200 and changes nothing.
  */
 import { base64url } from "../src/crypto/secrets.ts";
 import { decodeJwt, decodeProtectedHeader, importSPKI, jwtVerify } from "jose";
@@ -33,6 +39,11 @@ const SUBSCRIPTION_PATH =
   /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/subscriptionsv2\/tokens\/([^/]+)$/;
 const PRODUCT_PATH =
   /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/products\/([^/]+)\/tokens\/([^/]+)$/;
+/** purchases.subscriptions.acknowledge; the subscription id is not checked, as Google allows. */
+const SUBSCRIPTION_ACKNOWLEDGE_PATH =
+  /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/subscriptions\/([^/]+)\/tokens\/([^/]+):acknowledge$/;
+const PRODUCT_WRITE_PATH =
+  /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/products\/([^/]+)\/tokens\/([^/]+):(acknowledge|consume)$/;
 
 /** Google's canonical error status for an HTTP status, as its JSON errors carry it. */
 const GOOGLE_STATUS: Record<number, string> = {
@@ -120,6 +131,9 @@ export interface SimulatedProduct {
   purchase: ProductPurchase;
 }
 
+/** An API call: a lookup (`get`), or a write (`acknowledge`, `consume`). */
+export type SimulatorOperation = "get" | "acknowledge" | "consume";
+
 /**
  * An answer given instead of (or before) the normal one, for the next `times` matching calls.
  * Scripts are matched in the order they were added.
@@ -129,6 +143,14 @@ export interface ScriptedAnswer {
   endpoint?: "api" | "token";
   /** Only API calls for this purchase token (default: any call to the endpoint). */
   purchaseToken?: string;
+  /** Only API calls of this operation (default: any). */
+  operation?: SimulatorOperation;
+  /**
+   * For a write: carry it out first, then give the scripted answer (status, reset, or the normal
+   * answer after `delayMs`), as when Google did the work but its answer was lost. Unset, a
+   * scripted status or reset does nothing, and a delay comes before the work.
+   */
+  applyWrite?: boolean;
   /** The status to answer with; absent: the normal answer, after `delayMs`. */
   status?: number;
   headers?: Record<string, string>;
@@ -153,6 +175,16 @@ export interface SimulatorRequest {
   method: string;
   /** The path as sent (percent-encoded). */
   pathname: string;
+  /** What an API call asked for; null for other calls and unknown paths. */
+  operation: SimulatorOperation | null;
+  /** The decoded purchase token of an API call; null for other calls. */
+  purchaseToken: string | null;
+}
+
+/** Which calls {@linkcode StorebSimulator.calls} returns; unset fields match any. */
+export interface CallFilter {
+  operation?: SimulatorOperation;
+  purchaseToken?: string;
 }
 
 /** Options of {@linkcode startStorebSimulator}. */
@@ -184,7 +216,7 @@ export class StorebSimulator {
   #origin = "";
   #accounts = new Map<string, { key: CryptoKey; keyId: string | null }>();
   #accessTokens = new Map<string, { clientEmail: string; expiresAt: number; revoked: boolean }>();
-  #purchases = new Map<string, object>();
+  #purchases = new Map<string, SubscriptionPurchaseV2 | ProductPurchase>();
   #scripts: (ScriptedAnswer & { remaining: number })[] = [];
   #requests: SimulatorRequest[] = [];
   #closing = new AbortController();
@@ -236,6 +268,19 @@ export class StorebSimulator {
     return this.#requests;
   }
 
+  /**
+   * The API calls received that match `filter`, oldest first: `calls({ operation: "acknowledge",
+   * purchaseToken })` are the acknowledgements of one purchase, `calls({ purchaseToken })` every
+   * call about it (none: the service did not ask the store).
+   */
+  calls(filter: CallFilter = {}): SimulatorRequest[] {
+    return this.#requests.filter((r) =>
+      r.endpoint === "api" &&
+      (filter.operation === undefined || r.operation === filter.operation) &&
+      (filter.purchaseToken === undefined || r.purchaseToken === filter.purchaseToken)
+    );
+  }
+
   /** Every access token issued so far (to check that none leaks into logs). */
   get issuedAccessTokens(): string[] {
     return [...this.#accessTokens.keys()];
@@ -273,6 +318,22 @@ export class StorebSimulator {
     );
   }
 
+  /** The subscription purchase held for this package and token, as the API would answer it. */
+  subscription(packageName: string, purchaseToken: string): SubscriptionPurchaseV2 | undefined {
+    const purchase = this.#purchases.get(subscriptionKey(packageName, purchaseToken));
+    return purchase === undefined ? undefined : structuredClone(purchase as SubscriptionPurchaseV2);
+  }
+
+  /** The product purchase held for this package, product and token, as the API would answer it. */
+  product(
+    packageName: string,
+    productId: string,
+    purchaseToken: string,
+  ): ProductPurchase | undefined {
+    const purchase = this.#purchases.get(productKey(packageName, productId, purchaseToken));
+    return purchase === undefined ? undefined : structuredClone(purchase as ProductPurchase);
+  }
+
   /** Queues an answer for the next matching calls (see {@linkcode ScriptedAnswer}). */
   script(answer: ScriptedAnswer): void {
     this.#scripts.push({ ...answer, remaining: answer.times ?? 1 });
@@ -301,19 +362,39 @@ export class StorebSimulator {
       : pathname.startsWith("/androidpublisher/")
       ? "api"
       : "other";
-    this.#requests.push({ endpoint, method: request.method, pathname });
+    const call = endpoint === "api" ? apiCallOf(request.method, pathname) : null;
+    this.#requests.push({
+      endpoint,
+      method: request.method,
+      pathname,
+      operation: call?.operation ?? null,
+      purchaseToken: endpoint === "api" ? call?.purchaseToken ?? purchaseTokenOf(pathname) : null,
+    });
     if (endpoint === "other") return googleError(404, `no such endpoint: ${pathname}`);
-    const script = this.#takeScript(endpoint, pathname);
+    const script = this.#takeScript(endpoint, pathname, call);
+    if (script?.applyWrite && call && call.operation !== "get") this.#write(call);
     if (script?.delayMs) await this.#wait(script.delayMs);
     if (script?.reset) return droppedConnection();
     if (script?.status !== undefined) return scriptedResponse(endpoint, script);
-    return endpoint === "token" ? await this.#token(request) : this.#api(request, pathname);
+    if (endpoint === "token") return await this.#token(request);
+    if (script?.applyWrite && call && call.operation !== "get") {
+      // Already done above: the normal answer, without doing it twice.
+      await request.body?.cancel();
+      return this.#authorized(request) ?? new Response(null, { status: 200 });
+    }
+    return await this.#api(request, pathname, call);
   }
 
-  #takeScript(endpoint: "api" | "token", pathname: string): ScriptedAnswer | undefined {
+  #takeScript(
+    endpoint: "api" | "token",
+    pathname: string,
+    call: ApiCall | null,
+  ): ScriptedAnswer | undefined {
     const index = this.#scripts.findIndex((s) =>
       (s.endpoint ?? "api") === endpoint &&
-      (s.purchaseToken === undefined || purchaseTokenOf(pathname) === s.purchaseToken)
+      (s.purchaseToken === undefined ||
+        (call?.purchaseToken ?? purchaseTokenOf(pathname)) === s.purchaseToken) &&
+      (s.operation === undefined || call?.operation === s.operation)
     );
     if (index === -1) return undefined;
     const script = this.#scripts[index];
@@ -389,36 +470,86 @@ export class StorebSimulator {
     });
   }
 
-  /** The Play Developer API's two purchase lookups. */
-  #api(request: Request, pathname: string): Response {
-    const match = pathname.match(SUBSCRIPTION_PATH) ?? pathname.match(PRODUCT_PATH);
-    if (request.method !== "GET" || !match) {
+  /**
+   * The Play Developer API: the two purchase lookups, purchases.subscriptions.acknowledge,
+   * purchases.products.acknowledge and purchases.products.consume.
+   */
+  async #api(request: Request, pathname: string, call: ApiCall | null): Promise<Response> {
+    if (!call) {
+      await request.body?.cancel();
       return googleError(404, `no such method: ${request.method} ${pathname}`);
     }
+    const refused = this.#authorized(request);
+    if (refused) {
+      await request.body?.cancel();
+      return refused;
+    }
+    if (call.segments === null) return googleError(400, "Invalid Value");
+    if (call.operation === "get") {
+      const purchase = this.#purchases.get(call.key!);
+      if (!purchase) return googleError(404, "The purchase token was not found.");
+      return json(200, purchase);
+    }
+    // Acknowledge takes an optional JSON object (developerPayload); consume takes no body.
+    const body = await request.text();
+    if (call.operation === "consume" && body !== "") {
+      return googleError(400, "Invalid JSON payload received. The request body must be empty.");
+    }
+    if (call.operation === "acknowledge" && body !== "") {
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(body);
+      } catch {
+        return googleError(400, "Invalid JSON payload received.");
+      }
+      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+        return googleError(400, "Invalid JSON payload received. Expected an object.");
+      }
+    }
+    return this.#write(call);
+  }
+
+  /** Carries out a write on the purchase it names, and answers as Google does. */
+  #write(call: ApiCall): Response {
+    const purchase = call.key === null ? undefined : this.#purchases.get(call.key);
+    if (!purchase) return googleError(404, "The purchase token was not found.");
+    if (call.type === "subscription") {
+      const subscription = purchase as SubscriptionPurchaseV2;
+      if (subscription.subscriptionState === "SUBSCRIPTION_STATE_PENDING") {
+        return googleError(400, "The subscription purchase is pending.", {}, "FAILED_PRECONDITION");
+      }
+      this.#purchases.set(call.key!, {
+        ...subscription,
+        acknowledgementState: "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED",
+      });
+      return new Response(null, { status: 200 });
+    }
+    const product = purchase as ProductPurchase;
+    if (product.purchaseState === 2) {
+      return googleError(400, "The product purchase is pending.", {}, "FAILED_PRECONDITION");
+    }
+    this.#purchases.set(
+      call.key!,
+      call.operation === "consume"
+        ? { ...product, consumptionState: 1, acknowledgementState: 1 }
+        : { ...product, acknowledgementState: 1 },
+    );
+    return new Response(null, { status: 200 });
+  }
+
+  /** A 401 for a request without a live access token this simulator issued; else null. */
+  #authorized(request: Request): Response | null {
     const bearer = /^Bearer (\S+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
     const issued = bearer === undefined ? undefined : this.#accessTokens.get(bearer);
-    if (!issued || issued.revoked || issued.expiresAt <= Date.now()) {
-      return googleError(
-        401,
-        "Request had invalid authentication credentials. Expected OAuth 2 access token, login " +
-          "cookie or other valid authentication credential.",
-        {
-          "www-authenticate": 'Bearer realm="https://accounts.google.com/", error="invalid_token"',
-        },
-      );
-    }
-    let segments: string[];
-    try {
-      segments = match.slice(1).map(decodeURIComponent);
-    } catch {
-      return googleError(400, "Invalid Value");
-    }
-    const key = segments.length === 2
-      ? subscriptionKey(segments[0], segments[1])
-      : productKey(segments[0], segments[1], segments[2]);
-    const purchase = this.#purchases.get(key);
-    if (!purchase) return googleError(404, "The purchase token was not found.");
-    return json(200, purchase);
+    if (issued && !issued.revoked && issued.expiresAt > Date.now()) return null;
+    return googleError(
+      401,
+      "Request had invalid authentication credentials. Expected OAuth 2 access token, login " +
+        "cookie or other valid authentication credential.",
+      {
+        "www-authenticate": 'Bearer realm="https://accounts.google.com/", error="invalid_token"',
+      },
+    );
   }
 
   /** Sleeps `ms`, waking early when the simulator closes. */
@@ -495,14 +626,54 @@ function productKey(packageName: string, productId: string, purchaseToken: strin
   return JSON.stringify(["product", packageName, productId, purchaseToken]);
 }
 
-/** The decoded purchase token of an API path, or null. */
-function purchaseTokenOf(pathname: string): string | null {
-  const match = pathname.match(SUBSCRIPTION_PATH) ?? pathname.match(PRODUCT_PATH);
-  try {
-    return match ? decodeURIComponent(match[match.length - 1]) : null;
-  } catch {
+/** A recognized API call: what it asks, about which purchase. */
+interface ApiCall {
+  operation: SimulatorOperation;
+  type: "subscription" | "product";
+  /** The decoded path segments (package, then product for a product, then token). */
+  segments: string[] | null;
+  /** The stored purchase's key; null when a segment does not decode. */
+  key: string | null;
+  purchaseToken: string | null;
+}
+
+/** What `method` on `pathname` asks of the API, or null for no method of the API. */
+function apiCallOf(method: string, pathname: string): ApiCall | null {
+  let operation: SimulatorOperation;
+  let type: ApiCall["type"];
+  let raw: string[];
+  let match;
+  if (method === "GET" && (match = pathname.match(SUBSCRIPTION_PATH))) {
+    [operation, type, raw] = ["get", "subscription", [match[1], match[2]]];
+  } else if (method === "GET" && (match = pathname.match(PRODUCT_PATH))) {
+    [operation, type, raw] = ["get", "product", [match[1], match[2], match[3]]];
+  } else if (method === "POST" && (match = pathname.match(SUBSCRIPTION_ACKNOWLEDGE_PATH))) {
+    // The subscription id (match[2]) is not part of the purchase's key.
+    [operation, type, raw] = ["acknowledge", "subscription", [match[1], match[3]]];
+  } else if (method === "POST" && (match = pathname.match(PRODUCT_WRITE_PATH))) {
+    operation = match[4] as "acknowledge" | "consume";
+    [type, raw] = ["product", [match[1], match[2], match[3]]];
+  } else {
     return null;
   }
+  let segments: string[] | null;
+  try {
+    segments = raw.map(decodeURIComponent);
+  } catch {
+    segments = null;
+  }
+  const key = segments === null
+    ? null
+    : type === "subscription"
+    ? subscriptionKey(segments[0], segments[1])
+    : productKey(segments[0], segments[1], segments[2]);
+  return { operation, type, segments, key, purchaseToken: segments?.at(-1) ?? null };
+}
+
+/** The decoded purchase token of an API path, whatever the method, or null. */
+function purchaseTokenOf(pathname: string): string | null {
+  const call = apiCallOf("POST", pathname) ?? apiCallOf("GET", pathname);
+  return call?.purchaseToken ?? null;
 }
 
 function scriptedResponse(endpoint: "api" | "token", script: ScriptedAnswer): Response {
@@ -527,14 +698,23 @@ function droppedConnection(): Response {
   return new Response(body, { status: 200, headers: { "content-type": "application/json" } });
 }
 
-function googleErrorBody(status: number, message: string): Record<string, unknown> {
+function googleErrorBody(
+  status: number,
+  message: string,
+  googleStatus = GOOGLE_STATUS[status],
+): Record<string, unknown> {
   const error: Record<string, unknown> = { code: status, message };
-  if (GOOGLE_STATUS[status]) error.status = GOOGLE_STATUS[status];
+  if (googleStatus) error.status = googleStatus;
   return { error };
 }
 
-function googleError(status: number, message: string, headers?: Record<string, string>): Response {
-  return json(status, googleErrorBody(status, message), headers);
+function googleError(
+  status: number,
+  message: string,
+  headers?: Record<string, string>,
+  googleStatus?: string,
+): Response {
+  return json(status, googleErrorBody(status, message, googleStatus), headers);
 }
 
 function oauthError(status: number, error: string, description: string): Response {

@@ -294,3 +294,152 @@ Deno.test("storeb simulator: access tokens expire after their lifetime", async (
     await play.close();
   }
 });
+
+Deno.test("storeb simulator: acknowledge and consume change the stored purchase", async (t) => {
+  const play = await startStorebSimulator();
+  try {
+    const account = await createServiceAccount();
+    await play.addServiceAccount(account);
+    const { body } = await requestToken(
+      play,
+      await assertion(account.privateKeyPem, {
+        iss: account.clientEmail,
+        aud: play.tokenUrl,
+        scope: SCOPE,
+      }),
+    );
+    const accessToken = body.access_token as string;
+    const app = `${play.apiUrl}/androidpublisher/v3/applications/com.example.app/purchases`;
+    const post = (path: string, init: { body?: string; bearer?: string | null } = {}) =>
+      fetch(`${app}${path}`, {
+        method: "POST",
+        headers: init.bearer === null
+          ? {}
+          : { authorization: `Bearer ${init.bearer ?? accessToken}` },
+        body: init.body,
+      });
+    const subscriptionAck = (token: string) =>
+      `/subscriptions/premium_monthly/tokens/${encodeURIComponent(token)}:acknowledge`;
+    const productWrite = (token: string, action: "acknowledge" | "consume") =>
+      `/products/coins_100/tokens/${encodeURIComponent(token)}:${action}`;
+    const addSubscription = (token: string, overrides = {}) =>
+      play.addSubscription({
+        packageName: "com.example.app",
+        purchaseToken: token,
+        purchase: sampleSubscriptionPurchase({
+          acknowledgementState: "ACKNOWLEDGEMENT_STATE_PENDING",
+          ...overrides,
+        }),
+      });
+    const addProduct = (token: string, overrides = {}) =>
+      play.addProduct({
+        packageName: "com.example.app",
+        productId: "coins_100",
+        purchaseToken: token,
+        purchase: sampleProductPurchase({ acknowledgementState: 0, ...overrides }),
+      });
+
+    await t.step("a subscription is acknowledged; again is 200 and changes nothing", async () => {
+      addSubscription("s:1/é");
+      const first = await post(subscriptionAck("s:1/é"), { body: "{}" });
+      assert.equal(first.status, 200);
+      assert.equal(await first.text(), "");
+      assert.equal(
+        play.subscription("com.example.app", "s:1/é")?.acknowledgementState,
+        "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED",
+      );
+      const read = await get(subscriptionUrl(play, "com.example.app", "s:1/é"), accessToken);
+      assert.equal((await read.json()).acknowledgementState, "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED");
+      const again = await post(subscriptionAck("s:1/é"));
+      assert.equal(again.status, 200);
+      await again.body?.cancel();
+    });
+
+    await t.step("a product is acknowledged; consuming sets both states", async () => {
+      addProduct("p1");
+      assert.equal((await post(productWrite("p1", "acknowledge"), { body: "{}" })).status, 200);
+      assert.equal(play.product("com.example.app", "coins_100", "p1")?.acknowledgementState, 1);
+      assert.equal(play.product("com.example.app", "coins_100", "p1")?.consumptionState, 0);
+      addProduct("p2");
+      assert.equal((await post(productWrite("p2", "consume"))).status, 200);
+      const consumed = play.product("com.example.app", "coins_100", "p2");
+      assert.equal(consumed?.consumptionState, 1);
+      assert.equal(consumed?.acknowledgementState, 1, "consuming acknowledges");
+    });
+
+    await t.step("pending purchases are refused with FAILED_PRECONDITION", async () => {
+      addSubscription("s-pending", { subscriptionState: "SUBSCRIPTION_STATE_PENDING" });
+      addProduct("p-pending", { purchaseState: 2 });
+      for (
+        const path of [
+          subscriptionAck("s-pending"),
+          productWrite("p-pending", "acknowledge"),
+          productWrite("p-pending", "consume"),
+        ]
+      ) {
+        const response = await post(path);
+        assert.equal(response.status, 400, path);
+        assert.equal((await response.json()).error.status, "FAILED_PRECONDITION");
+      }
+      assert.equal(
+        play.subscription("com.example.app", "s-pending")?.acknowledgementState,
+        "ACKNOWLEDGEMENT_STATE_PENDING",
+      );
+      assert.equal(play.product("com.example.app", "coins_100", "p-pending")?.consumptionState, 0);
+    });
+
+    await t.step("unknown purchases, bad bodies and missing tokens are refused", async () => {
+      const unknown = await post(productWrite("nope", "consume"));
+      assert.equal(unknown.status, 404);
+      await unknown.body?.cancel();
+      addProduct("p3");
+      const withBody = await post(productWrite("p3", "consume"), { body: "{}" });
+      assert.equal(withBody.status, 400, "consume takes no body");
+      await withBody.body?.cancel();
+      const notJson = await post(productWrite("p3", "acknowledge"), { body: "nope" });
+      assert.equal(notJson.status, 400);
+      await notJson.body?.cancel();
+      const anonymous = await post(productWrite("p3", "acknowledge"), { bearer: null });
+      assert.equal(anonymous.status, 401);
+      await anonymous.body?.cancel();
+      const wrongMethod = await get(`${app}${productWrite("p3", "consume")}`, accessToken);
+      assert.equal(wrongMethod.status, 404);
+      await wrongMethod.body?.cancel();
+      assert.equal(play.product("com.example.app", "coins_100", "p3")?.acknowledgementState, 0);
+    });
+
+    await t.step("scripts can target one operation, and do the write or not", async () => {
+      addProduct("p4");
+      play.script({ operation: "consume", status: 503 });
+      assert.equal((await get(`${app}/products/coins_100/tokens/p4`, accessToken)).status, 200);
+      const failed = await post(productWrite("p4", "consume"));
+      assert.equal(failed.status, 503);
+      await failed.body?.cancel();
+      assert.equal(play.product("com.example.app", "coins_100", "p4")?.consumptionState, 0);
+      play.script({ operation: "consume", reset: true, applyWrite: true });
+      await assert.rejects(async () => await (await post(productWrite("p4", "consume"))).text());
+      assert.equal(play.product("com.example.app", "coins_100", "p4")?.consumptionState, 1);
+      addProduct("p5");
+      play.script({ operation: "acknowledge", delayMs: 200, applyWrite: true });
+      const slow = post(productWrite("p5", "acknowledge"));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(
+        play.product("com.example.app", "coins_100", "p5")?.acknowledgementState,
+        1,
+        "done before the answer",
+      );
+      assert.equal((await slow).status, 200);
+    });
+
+    await t.step("calls are logged by operation and purchase token", () => {
+      assert.equal(play.calls({ operation: "consume", purchaseToken: "p4" }).length, 2);
+      assert.equal(play.calls({ operation: "get", purchaseToken: "p4" }).length, 1);
+      assert.equal(play.calls({ purchaseToken: "s:1/é" }).length, 3);
+      assert.equal(play.calls({ operation: "acknowledge", purchaseToken: "p5" }).length, 1);
+      assert.equal(play.calls({ purchaseToken: "never-asked" }).length, 0);
+      assert.equal(play.calls().length, play.apiRequests);
+    });
+  } finally {
+    await play.close();
+  }
+});
