@@ -1,7 +1,10 @@
 /**
- * A fake App Store Server API (Get Transaction Info) on loopback, for tests, the demo and
- * tenant developers. It checks the bearer JWT as Apple does, answers from registered
- * transactions, and can be scripted to fail the way Apple fails: 429 with a Retry-After in
+ * A fake App Store Server API on loopback, for tests, the demo and tenant developers: Get
+ * Transaction Info, Get All Subscription Statuses, Get Transaction History (v2, in pages), Send
+ * Consumption Information (v2), Request a Test Notification (which really posts a signed TEST
+ * notification to the app's notification URL) and Get Test Notification Status. It checks the
+ * bearer JWT as Apple does, answers from registered transactions, validates what it is sent as
+ * Apple documents it, and can be scripted to fail the way Apple fails: 429 with a Retry-After in
  * epoch milliseconds, 5xx, slow answers, and connections closed without an answer.
  *
  * It runs on `node:http` rather than `Deno.serve`: only a Node socket can be destroyed
@@ -27,6 +30,7 @@ import {
 } from "jose";
 import type {
   StoreaEnvironmentName,
+  StoreaRenewalInfoPayload,
   StoreaSigner,
   StoreaTransactionPayload,
 } from "./storea_signer.ts";
@@ -34,10 +38,103 @@ import type {
 /** One of the two App Store Server API environments, as the service names them. */
 export type StoreaApiEnvironment = "production" | "sandbox";
 
+/** The calls the simulator answers. */
+export type StoreaApiOperation =
+  /** `GET /inApps/v1/transactions/{transactionId}` (Get Transaction Info). */
+  | "transaction"
+  /** `GET /inApps/v1/subscriptions/{transactionId}` (Get All Subscription Statuses). */
+  | "subscriptions"
+  /** `GET /inApps/v2/history/{transactionId}` (Get Transaction History v2). */
+  | "history"
+  /** `PUT /inApps/v2/transactions/consumption/{transactionId}` (Send Consumption Information). */
+  | "consumption"
+  /** `POST /inApps/v1/notifications/test` (Request a Test Notification). */
+  | "test_notification"
+  /** `GET /inApps/v1/notifications/test/{testNotificationToken}` (Get Test Notification Status). */
+  | "test_notification_status";
+
 /** Error bodies exactly as the App Store Server API sends them. */
 export const STOREA_API_ERRORS = {
+  generalBadRequest: { errorCode: 4000000, errorMessage: "Invalid request." },
+  invalidRequestRevision: { errorCode: 4000005, errorMessage: "Invalid request revision." },
   invalidTransactionId: { errorCode: 4000006, errorMessage: "Invalid transaction id." },
+  startDateAfterEndDate: {
+    errorCode: 4000013,
+    errorMessage:
+      "Invalid request. The end date precedes the start date or the dates are the same.",
+  },
+  invalidStartDate: {
+    errorCode: 4000015,
+    errorMessage: "Invalid request. The start date is invalid.",
+  },
+  invalidEndDate: { errorCode: 4000016, errorMessage: "Invalid request. The end date is invalid." },
+  invalidSort: {
+    errorCode: 4000021,
+    errorMessage: "Invalid request. The sort parameter is invalid.",
+  },
+  invalidProductType: {
+    errorCode: 4000022,
+    errorMessage: "Invalid request. The product type parameter is invalid.",
+  },
+  invalidInAppOwnershipType: {
+    errorCode: 4000026,
+    errorMessage: "Invalid request. The in-app ownership type parameter is invalid.",
+  },
+  invalidRevoked: {
+    errorCode: 4000030,
+    errorMessage: "Invalid request. The revoked parameter is invalid.",
+  },
+  invalidStatus: {
+    errorCode: 4000031,
+    errorMessage: "Invalid request. The status parameter is invalid.",
+  },
+  invalidCustomerConsented: {
+    errorCode: 4000035,
+    errorMessage:
+      "Invalid request. The customer consented field is required and must indicate the customer consented.",
+  },
+  invalidDeliveryStatus: {
+    errorCode: 4000036,
+    errorMessage: "Invalid request. The delivery status field is invalid.",
+  },
+  invalidSampleContentProvided: {
+    errorCode: 4000041,
+    errorMessage: "Invalid request. The sample content provided field is invalid.",
+  },
+  invalidRefundPreference: {
+    errorCode: 4000044,
+    errorMessage: "Invalid request. The refund preference field is invalid.",
+  },
+  consumptionPercentageAutoRenewableSubscription: {
+    errorCode: 4000209,
+    errorMessage:
+      "Invalid request. The consumption percentage field is not supported for auto-renewable subscription transactions.",
+  },
+  /**
+   * Apple names this error (ConsumptionPercentageOutOfRangeError) without a code this simulator
+   * knows: it answers the general bad-request code.
+   */
+  consumptionPercentageOutOfRange: {
+    errorCode: 4000000,
+    errorMessage: "Invalid request. The consumption percentage is out of range.",
+  },
+  /** Likewise (UndeliveredConsumptionPercentageNonZeroError). */
+  undeliveredConsumptionPercentageNonZero: {
+    errorCode: 4000000,
+    errorMessage:
+      "Invalid request. The consumption percentage must be zero for the provided delivery status.",
+  },
   transactionIdNotFound: { errorCode: 4040010, errorMessage: "Transaction id not found." },
+  serverNotificationUrlNotFound: {
+    errorCode: 4040007,
+    errorMessage:
+      "No App Store Server Notification URL found for provided app. Check that a URL is configured in App Store Connect for this environment.",
+  },
+  testNotificationNotFound: {
+    errorCode: 4040008,
+    errorMessage:
+      "Either the test notification token is expired or the notification and status are not yet available.",
+  },
   rateLimitExceeded: { errorCode: 4290000, errorMessage: "Rate limit exceeded." },
   generalInternal: { errorCode: 5000000, errorMessage: "An unknown error occurred." },
   generalInternalRetryable: {
@@ -48,6 +145,33 @@ export const STOREA_API_ERRORS = {
 
 /** Audience every App Store Server API token must carry. */
 export const STOREA_API_AUDIENCE = "appstoreconnect-v1";
+
+/** Transactions per page of Get Transaction History, as Apple sends them. */
+export const STOREA_HISTORY_PAGE_SIZE = 20;
+
+/**
+ * What the App Store met when it posted a notification (Apple's `sendAttemptResult`): `SUCCESS`
+ * for a 2xx answer, else the failure.
+ */
+export type StoreaSendAttemptResult =
+  | "SUCCESS"
+  | "TIMED_OUT"
+  | "TLS_ISSUE"
+  | "CIRCULAR_REDIRECT"
+  | "NO_RESPONSE"
+  | "SOCKET_ISSUE"
+  | "UNSUPPORTED_CHARSET"
+  | "INVALID_RESPONSE"
+  | "PREMATURE_CLOSE"
+  | "UNSUCCESSFUL_HTTP_RESPONSE_CODE"
+  | "OTHER";
+
+/** One attempt to post a notification, as Get Test Notification Status lists it. */
+export interface StoreaSendAttempt {
+  /** Epoch milliseconds. */
+  attemptDate: number;
+  sendAttemptResult: StoreaSendAttemptResult;
+}
 
 /** An App Store Connect API key the simulator accepts tokens from. */
 export interface StoreaApiKeyRegistration {
@@ -61,6 +185,20 @@ export interface StoreaApiKeyRegistration {
   publicKey?: CryptoKey | string;
   /** Or the `.p8` private key PEM (PKCS#8), whose public half is derived. */
   privateKeyPem?: string;
+}
+
+/**
+ * Where the App Store posts an app's notifications (App Store Connect's "App Store Server
+ * Notifications" URLs, one per environment).
+ */
+export interface StoreaNotificationUrl {
+  bundleId: string;
+  /** The URL; null removes it. */
+  url: string | null;
+  /** Default: both environments. */
+  environment?: StoreaApiEnvironment;
+  /** `data.appAppleId` of what is posted in production; none when absent. */
+  appAppleId?: number;
 }
 
 /**
@@ -80,18 +218,56 @@ export interface StoreaScriptedAnswer {
   reset?: boolean;
   /** How many calls this answer applies to. Default 1. */
   times?: number;
+  /** Only calls of this operation take it; by default the next call of any. */
+  operation?: StoreaApiOperation;
 }
 
 /** One call the simulator received. */
 export interface StoreaApiRequestRecord {
   environment: StoreaApiEnvironment;
+  operation: StoreaApiOperation;
+  method: string;
+  /** The transaction id of the path; the token for test notification status, else "". */
   transactionId: string;
+  /** The query parameters in order (a name may repeat). */
+  query: [string, string][];
   /** Status answered; `null` when no answer was sent (scripted reset, or the client left). */
   status: number | null;
   /** Why the bearer token was refused, when it was (status 401). */
   authFailure?: string;
   /** Arrival time, epoch milliseconds. */
   at: number;
+}
+
+/** Consumption information the simulator accepted (answered 202). */
+export interface StoreaConsumptionRecord {
+  environment: StoreaApiEnvironment;
+  transactionId: string;
+  /** The ConsumptionRequest as sent. */
+  body: Record<string, unknown>;
+  at: number;
+}
+
+/** A notification the simulator posted, and what came of it. */
+export interface StoreaSentNotification {
+  environment: StoreaApiEnvironment;
+  url: string;
+  notificationUUID: string;
+  signedPayload: string;
+  attempt: StoreaSendAttempt;
+  /** The receiver's HTTP status, or null when none came. */
+  responseStatus: number | null;
+}
+
+/** What a subscription's status lookup answers for one original transaction. */
+export interface StoreaSubscriptionState {
+  /** `1` active, `2` expired, `3` billing retry, `4` grace period, `5` revoked. */
+  status?: number;
+  /**
+   * The renewal info to sign, or null to send none. Absent: one made to match the status and the
+   * latest transaction.
+   */
+  renewalInfo?: StoreaRenewalInfoPayload | null;
 }
 
 /** Options of {@link startStoreaApiSimulator}. */
@@ -102,6 +278,12 @@ export interface StoreaApiSimulatorOptions {
   productionUnauthorized?: boolean;
   /** How far in the future a token's `iat` may be. Default 10 seconds. */
   clockToleranceSeconds?: number;
+  /** Where each app's notifications are posted; see {@link StoreaApiSimulator.setNotificationUrl}. */
+  notificationUrls?: StoreaNotificationUrl[];
+  /** How long a posted notification may take to be answered. Default 5 seconds. */
+  notificationTimeoutMs?: number;
+  /** Transactions per history page. Default {@link STOREA_HISTORY_PAGE_SIZE}. */
+  historyPageSize?: number;
 }
 
 /** A running fake App Store Server API. */
@@ -114,6 +296,10 @@ export interface StoreaApiSimulator {
   readonly serviceEnv: Record<string, string>;
   /** Every call received, in the order they were answered (or dropped). Tests may clear it. */
   readonly requests: StoreaApiRequestRecord[];
+  /** Consumption information accepted, in order. Tests may clear it. */
+  readonly consumptionRequests: StoreaConsumptionRecord[];
+  /** Notifications posted, in order, once each attempt ended. Tests may clear it. */
+  readonly sentNotifications: StoreaSentNotification[];
   /** Number of distinct bearer tokens presented so far, accepted or not. */
   readonly tokensSeen: number;
   /** Answer 401 to every production call while true. */
@@ -125,16 +311,33 @@ export interface StoreaApiSimulator {
    * `{ signedTransactionInfo }`. The payload's `environment` is set to match; the id must
    * be numeric, as Apple's are. Transactions are not scoped by bundle id, so a test can
    * make the service see a transaction of another bundle. Returns the signed JWS.
+   *
+   * `customer` names the App Store account it belongs to: subscription statuses and history
+   * answer every transaction of the customer of the transaction asked about. Default: its
+   * `originalTransactionId`, one customer per purchase.
    */
   addTransaction(
     environment: StoreaApiEnvironment,
     payload: StoreaTransactionPayload,
+    options?: { customer?: string },
   ): Promise<string>;
+  /**
+   * Sets what Get All Subscription Statuses answers for an original transaction: its status and
+   * renewal info. Without it the status follows the latest transaction (revoked, expired or
+   * active) and a renewal info is made to match. Returns the signed renewal info, or null.
+   */
+  setSubscriptionState(
+    environment: StoreaApiEnvironment,
+    originalTransactionId: string,
+    state: StoreaSubscriptionState,
+  ): Promise<string | null>;
+  /** Sets (or, with `url: null`, removes) where an app's notifications are posted. */
+  setNotificationUrl(config: StoreaNotificationUrl): void;
   /** Queues an answer for the next call(s) to `environment`, after earlier queued ones. */
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void;
   /** Drops the answers still queued for `environment`, or for both when omitted. */
   clearScripts(environment?: StoreaApiEnvironment): void;
-  /** Stops listening, drops open connections and cuts scripted delays short. */
+  /** Stops listening, drops open connections, cuts scripted delays short and stops posting. */
   close(): Promise<void>;
 }
 
@@ -146,6 +349,7 @@ export interface StoreaApiSimulator {
  * const api = await startStoreaApiSimulator({ signer });
  * await api.addKey({ issuerId, keyId: "ABC123DEFG", bundleId: "com.example.app", privateKeyPem });
  * await api.addTransaction("sandbox", signer.sampleTransaction({ transactionId: "2000000000000001" }));
+ * api.setNotificationUrl({ bundleId: "com.example.app", url: `${serviceUrl}/v1/webhooks/storea/${tenantId}` });
  * api.script("production", storeaRateLimitedAnswer());
  * // configure the service with api.serviceEnv (STOREA_API_URL_PRODUCTION, ..._SANDBOX)
  * await api.close();
@@ -164,7 +368,7 @@ export async function startStoreaApiSimulator(
  * RFC 7231 seconds), body `{"errorCode":4290000,...}`.
  */
 export function storeaRateLimitedAnswer(
-  options: { retryAt?: number; times?: number } = {},
+  options: { retryAt?: number; times?: number; operation?: StoreaApiOperation } = {},
 ): StoreaScriptedAnswer {
   const retryAt = options.retryAt ?? Date.now() + 1000;
   return {
@@ -172,11 +376,59 @@ export function storeaRateLimitedAnswer(
     headers: { "Retry-After": String(retryAt) },
     body: STOREA_API_ERRORS.rateLimitExceeded,
     times: options.times,
+    operation: options.operation,
   };
 }
 
-const TRANSACTION_PATH = /^\/(production|sandbox)\/inApps\/v1\/transactions\/([^/?#]+)$/;
+const ROUTES: { pattern: RegExp; method: string; operation: StoreaApiOperation }[] = [
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v1\/transactions\/([^/?#]+)$/,
+    method: "GET",
+    operation: "transaction",
+  },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v1\/subscriptions\/([^/?#]+)$/,
+    method: "GET",
+    operation: "subscriptions",
+  },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v2\/history\/([^/?#]+)$/,
+    method: "GET",
+    operation: "history",
+  },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v2\/transactions\/consumption\/([^/?#]+)$/,
+    method: "PUT",
+    operation: "consumption",
+  },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v1\/notifications\/test()$/,
+    method: "POST",
+    operation: "test_notification",
+  },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v1\/notifications\/test\/([^/?#]+)$/,
+    method: "GET",
+    operation: "test_notification_status",
+  },
+];
 const MAX_TOKEN_LIFETIME_SECONDS = 3600;
+const MAX_REQUEST_BODY_BYTES = 64 * 1024;
+const DAY_MS = 86_400_000;
+const PRODUCT_TYPES: Record<string, string> = {
+  AUTO_RENEWABLE: "Auto-Renewable Subscription",
+  NON_RENEWABLE: "Non-Renewing Subscription",
+  CONSUMABLE: "Consumable",
+  NON_CONSUMABLE: "Non-Consumable",
+};
+const DELIVERY_STATUSES = [
+  "DELIVERED",
+  "UNDELIVERED_QUALITY_ISSUE",
+  "UNDELIVERED_WRONG_ITEM",
+  "UNDELIVERED_SERVER_OUTAGE",
+  "UNDELIVERED_OTHER",
+];
+const REFUND_PREFERENCES = ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"];
 
 interface RegisteredKey {
   issuerId: string;
@@ -184,10 +436,40 @@ interface RegisteredKey {
   publicKey: CryptoKey;
 }
 
+interface StoredTransaction {
+  payload: StoreaTransactionPayload;
+  jws: string;
+  customer: string;
+}
+
+interface StoredState {
+  status?: number;
+  /** The signed renewal info, null for none, undefined to make one. */
+  signedRenewalInfo?: string | null;
+}
+
+interface TestNotification {
+  environment: StoreaApiEnvironment;
+  bundleId: string;
+  signedPayload: string;
+  sendAttempts: StoreaSendAttempt[];
+}
+
 interface Answer {
   status: number;
   body?: unknown;
   headers?: Record<string, string>;
+}
+
+/** A call, authenticated: what every operation gets. */
+interface Call {
+  environment: StoreaApiEnvironment;
+  /** The path's id (transaction id or token), decoded. */
+  id: string;
+  query: URLSearchParams;
+  /** The token's `bid`. */
+  bundleId: string;
+  body: string;
 }
 
 class ApiSimulator implements StoreaApiSimulator {
@@ -200,14 +482,30 @@ class ApiSimulator implements StoreaApiSimulator {
     };
   }
   readonly requests: StoreaApiRequestRecord[] = [];
+  readonly consumptionRequests: StoreaConsumptionRecord[] = [];
+  readonly sentNotifications: StoreaSentNotification[] = [];
   productionUnauthorized: boolean;
   readonly #signer: StoreaSigner;
   readonly #toleranceSeconds: number;
+  readonly #notificationTimeoutMs: number;
+  readonly #historyPageSize: number;
   readonly #keys = new Map<string, RegisteredKey>();
   readonly #transactions = {
-    production: new Map<string, string>(),
-    sandbox: new Map<string, string>(),
+    production: new Map<string, StoredTransaction>(),
+    sandbox: new Map<string, StoredTransaction>(),
   };
+  readonly #states = {
+    production: new Map<string, StoredState>(),
+    sandbox: new Map<string, StoredState>(),
+  };
+  /** Notification URLs by environment, then bundle id. */
+  readonly #notificationUrls = {
+    production: new Map<string, { url: string; appAppleId?: number }>(),
+    sandbox: new Map<string, { url: string; appAppleId?: number }>(),
+  };
+  readonly #testNotifications = new Map<string, TestNotification>();
+  readonly #posting = new Set<Promise<void>>();
+  readonly #closing = new AbortController();
   readonly #scripts: Record<StoreaApiEnvironment, StoreaScriptedAnswer[]> = {
     production: [],
     sandbox: [],
@@ -224,7 +522,10 @@ class ApiSimulator implements StoreaApiSimulator {
   constructor(options: StoreaApiSimulatorOptions) {
     this.#signer = options.signer;
     this.#toleranceSeconds = options.clockToleranceSeconds ?? 10;
+    this.#notificationTimeoutMs = options.notificationTimeoutMs ?? 5_000;
+    this.#historyPageSize = options.historyPageSize ?? STOREA_HISTORY_PAGE_SIZE;
     this.productionUnauthorized = options.productionUnauthorized ?? false;
+    for (const config of options.notificationUrls ?? []) this.setNotificationUrl(config);
   }
 
   get tokensSeen(): number {
@@ -248,18 +549,56 @@ class ApiSimulator implements StoreaApiSimulator {
   async addTransaction(
     environment: StoreaApiEnvironment,
     payload: StoreaTransactionPayload,
+    options: { customer?: string } = {},
   ): Promise<string> {
     if (!/^\d+$/.test(payload.transactionId)) {
       throw new TypeError(
         `transactionId must be numeric, as Apple's are: ${payload.transactionId}`,
       );
     }
-    const environmentName: StoreaEnvironmentName = environment === "production"
-      ? "Production"
-      : "Sandbox";
-    const jws = await this.#signer.signTransaction({ ...payload, environment: environmentName });
-    this.#transactions[environment].set(payload.transactionId, jws);
+    const signed = { ...payload, environment: environmentName(environment) };
+    const jws = await this.#signer.signTransaction(signed);
+    this.#transactions[environment].set(payload.transactionId, {
+      payload: signed,
+      jws,
+      customer: options.customer ?? payload.originalTransactionId,
+    });
     return jws;
+  }
+
+  async setSubscriptionState(
+    environment: StoreaApiEnvironment,
+    originalTransactionId: string,
+    state: StoreaSubscriptionState,
+  ): Promise<string | null> {
+    const signedRenewalInfo = state.renewalInfo === undefined
+      ? undefined
+      : state.renewalInfo === null
+      ? null
+      : await this.#signer.signRenewalInfo({
+        ...state.renewalInfo,
+        environment: environmentName(environment),
+      });
+    this.#states[environment].set(originalTransactionId, {
+      status: state.status,
+      signedRenewalInfo,
+    });
+    return signedRenewalInfo ?? null;
+  }
+
+  setNotificationUrl(config: StoreaNotificationUrl): void {
+    const environments = config.environment
+      ? [config.environment]
+      : (["production", "sandbox"] as const);
+    for (const environment of environments) {
+      if (config.url === null) this.#notificationUrls[environment].delete(config.bundleId);
+      else {
+        this.#notificationUrls[environment].set(config.bundleId, {
+          url: config.url,
+          appAppleId: config.appAppleId,
+        });
+      }
+    }
   }
 
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void {
@@ -272,38 +611,46 @@ class ApiSimulator implements StoreaApiSimulator {
     }
   }
 
-  close(): Promise<void> {
-    return closeServer(this.#server);
+  async close(): Promise<void> {
+    this.#closing.abort();
+    await Promise.allSettled([...this.#posting]);
+    await closeServer(this.#server);
   }
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const at = Date.now();
-    const match = TRANSACTION_PATH.exec(new URL(req.url ?? "/", "http://localhost").pathname);
-    if (!match) {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const route = ROUTES.map((r) => ({ ...r, match: r.pattern.exec(url.pathname) }))
+      .find((r) => r.match !== null);
+    if (!route) {
       send(res, { status: 404 });
       return;
     }
-    const environment = match[1] as StoreaApiEnvironment;
-    const transactionId = decodeURIComponent(match[2]);
+    const environment = route.match![1] as StoreaApiEnvironment;
+    const id = decodeURIComponent(route.match![2]);
+    const query = [...url.searchParams.entries()];
     const record = (status: number | null, authFailure?: string) => {
       this.requests.push({
         environment,
-        transactionId,
+        operation: route.operation,
+        method: req.method ?? "",
+        transactionId: id,
+        query,
         status,
         at,
         ...(authFailure ? { authFailure } : {}),
       });
     };
-    if (req.method !== "GET") {
+    if (req.method !== route.method) {
       record(405);
       send(res, { status: 405 });
       return;
     }
 
-    const authFailure = await this.#authenticate(req.headers.authorization);
+    const auth = await this.#authenticate(req.headers.authorization);
     // Apple answers 401 with an empty body, whatever was wrong with the token.
-    if (authFailure !== null) {
-      record(401, authFailure);
+    if ("failure" in auth) {
+      record(401, auth.failure);
       send(res, { status: 401 });
       return;
     }
@@ -312,8 +659,14 @@ class ApiSimulator implements StoreaApiSimulator {
       send(res, { status: 401 });
       return;
     }
+    const body = await readBody(req);
+    if (body === null) {
+      record(413);
+      send(res, { status: 413 });
+      return;
+    }
 
-    const scripted = this.#nextScripted(environment);
+    const scripted = this.#nextScripted(environment, route.operation);
     if (scripted?.delayMs) {
       // close() destroys every connection, so this also cuts delays short on close.
       const completed = await sleepUnlessAborted(scripted.delayMs, clientGone(res));
@@ -328,72 +681,530 @@ class ApiSimulator implements StoreaApiSimulator {
       req.socket.destroy();
       return;
     }
+    const call: Call = { environment, id, query: url.searchParams, bundleId: auth.bundleId, body };
     const answer = scripted?.status !== undefined
       ? { status: scripted.status, body: scripted.body, headers: scripted.headers }
-      : this.#lookup(environment, transactionId);
+      : await this.#answer(route.operation, call);
     record(answer.status);
     send(res, answer);
   }
 
-  #lookup(environment: StoreaApiEnvironment, transactionId: string): Answer {
-    const signedTransactionInfo = this.#transactions[environment].get(transactionId);
-    if (signedTransactionInfo !== undefined) {
-      return { status: 200, body: { signedTransactionInfo } };
+  #answer(operation: StoreaApiOperation, call: Call): Answer | Promise<Answer> {
+    switch (operation) {
+      case "transaction":
+        return this.#lookup(call);
+      case "subscriptions":
+        return this.#subscriptions(call);
+      case "history":
+        return this.#history(call);
+      case "consumption":
+        return this.#consumption(call);
+      case "test_notification":
+        return this.#requestTestNotification(call);
+      case "test_notification_status":
+        return this.#testNotificationStatus(call);
     }
-    if (!/^\d+$/.test(transactionId)) {
+  }
+
+  #lookup(call: Call): Answer {
+    const found = this.#find(call);
+    if ("status" in found) return found;
+    return { status: 200, body: { signedTransactionInfo: found.jws } };
+  }
+
+  /** The transaction of the path, or Apple's 400 or 404 answer. */
+  #find(call: Call): StoredTransaction | Answer {
+    const stored = this.#transactions[call.environment].get(call.id);
+    if (stored !== undefined) return stored;
+    if (!/^\d+$/.test(call.id)) {
       return { status: 400, body: STOREA_API_ERRORS.invalidTransactionId };
     }
     return { status: 404, body: STOREA_API_ERRORS.transactionIdNotFound };
   }
 
-  #nextScripted(environment: StoreaApiEnvironment): StoreaScriptedAnswer | undefined {
+  /** Every transaction of the customer of `stored`, in `environment`. */
+  #customerTransactions(
+    environment: StoreaApiEnvironment,
+    stored: StoredTransaction,
+  ): StoredTransaction[] {
+    return [...this.#transactions[environment].values()].filter((t) =>
+      t.customer === stored.customer
+    );
+  }
+
+  /**
+   * Get All Subscription Statuses: the latest transaction of each original transaction of each
+   * auto-renewable subscription of the customer, grouped by subscription group, with its status
+   * and signed renewal info. `status` query parameters (1 to 5, repeatable) filter.
+   */
+  async #subscriptions(call: Call): Promise<Answer> {
+    const found = this.#find(call);
+    if ("status" in found) return found;
+    const wanted = call.query.getAll("status");
+    if (wanted.some((s) => !/^[1-5]$/.test(s))) {
+      return { status: 400, body: STOREA_API_ERRORS.invalidStatus };
+    }
+    const latest = new Map<string, StoredTransaction>();
+    for (const t of this.#customerTransactions(call.environment, found)) {
+      if (t.payload.type !== "Auto-Renewable Subscription") continue;
+      const current = latest.get(t.payload.originalTransactionId);
+      if (current === undefined || t.payload.purchaseDate > current.payload.purchaseDate) {
+        latest.set(t.payload.originalTransactionId, t);
+      }
+    }
+    const groups = new Map<string, Record<string, unknown>[]>();
+    for (const [originalTransactionId, t] of latest) {
+      const { status, signedRenewalInfo } = await this.#stateOf(
+        call.environment,
+        originalTransactionId,
+        t,
+      );
+      if (wanted.length > 0 && !wanted.includes(String(status))) continue;
+      const group = t.payload.subscriptionGroupIdentifier ?? "";
+      const items = groups.get(group) ?? [];
+      items.push({
+        status,
+        originalTransactionId,
+        signedTransactionInfo: t.jws,
+        ...(signedRenewalInfo === null ? {} : { signedRenewalInfo }),
+      });
+      groups.set(group, items);
+    }
+    return {
+      status: 200,
+      body: {
+        environment: environmentName(call.environment),
+        bundleId: call.bundleId,
+        ...this.#appAppleIdOf(call),
+        data: [...groups].map(([subscriptionGroupIdentifier, lastTransactions]) => ({
+          subscriptionGroupIdentifier,
+          lastTransactions,
+        })),
+      },
+    };
+  }
+
+  /** The status and signed renewal info of an original transaction whose latest is `latest`. */
+  async #stateOf(
+    environment: StoreaApiEnvironment,
+    originalTransactionId: string,
+    latest: StoredTransaction,
+  ): Promise<{ status: number; signedRenewalInfo: string | null }> {
+    const states = this.#states[environment];
+    const state = states.get(originalTransactionId) ?? {};
+    const payload = latest.payload;
+    const status = state.status ??
+      (payload.revocationDate !== undefined
+        ? 5
+        : payload.expiresDate !== undefined && payload.expiresDate <= Date.now()
+        ? 2
+        : 1);
+    if (state.signedRenewalInfo === undefined) {
+      state.signedRenewalInfo = await this.#signer.signRenewalInfo(
+        sampleRenewalFor(this.#signer, payload, status, environment),
+      );
+      states.set(originalTransactionId, state);
+    }
+    return { status, signedRenewalInfo: state.signedRenewalInfo };
+  }
+
+  /**
+   * Get Transaction History v2: the customer's transactions filtered and sorted as asked, in
+   * pages; `revision` is where the next page starts, valid only with the same filters.
+   */
+  #history(call: Call): Answer {
+    const query = call.query;
+    const sort = query.get("sort") ?? "ASCENDING";
+    if (sort !== "ASCENDING" && sort !== "DESCENDING") {
+      return { status: 400, body: STOREA_API_ERRORS.invalidSort };
+    }
+    const startDate = query.get("startDate");
+    const endDate = query.get("endDate");
+    if (startDate !== null && !/^\d{1,15}$/.test(startDate)) {
+      return { status: 400, body: STOREA_API_ERRORS.invalidStartDate };
+    }
+    if (endDate !== null && !/^\d{1,15}$/.test(endDate)) {
+      return { status: 400, body: STOREA_API_ERRORS.invalidEndDate };
+    }
+    if (startDate !== null && endDate !== null && Number(startDate) >= Number(endDate)) {
+      return { status: 400, body: STOREA_API_ERRORS.startDateAfterEndDate };
+    }
+    const productTypes = query.getAll("productType");
+    if (productTypes.some((type) => !Object.hasOwn(PRODUCT_TYPES, type))) {
+      return { status: 400, body: STOREA_API_ERRORS.invalidProductType };
+    }
+    const ownership = query.get("inAppOwnershipType");
+    if (ownership !== null && ownership !== "FAMILY_SHARED" && ownership !== "PURCHASED") {
+      return { status: 400, body: STOREA_API_ERRORS.invalidInAppOwnershipType };
+    }
+    const revoked = query.get("revoked");
+    if (revoked !== null && revoked !== "true" && revoked !== "false") {
+      return { status: 400, body: STOREA_API_ERRORS.invalidRevoked };
+    }
+    const filters = [...query.entries()].filter(([name]) => name !== "revision");
+    const fingerprint = JSON.stringify([call.environment, call.id, filters]);
+    let offset = 0;
+    const revision = query.get("revision");
+    if (revision !== null) {
+      const position = readRevision(revision, fingerprint);
+      if (position === null) return { status: 400, body: STOREA_API_ERRORS.invalidRequestRevision };
+      offset = position;
+    }
+    const found = this.#find(call);
+    if ("status" in found) return found;
+
+    const productIds = query.getAll("productId");
+    const groups = query.getAll("subscriptionGroupIdentifier");
+    const types = productTypes.map((type) => PRODUCT_TYPES[type]);
+    const matching = this.#customerTransactions(call.environment, found)
+      .filter(({ payload }) =>
+        (startDate === null || payload.purchaseDate >= Number(startDate)) &&
+        (endDate === null || payload.purchaseDate < Number(endDate)) &&
+        (productIds.length === 0 || productIds.includes(payload.productId)) &&
+        (types.length === 0 || types.includes(payload.type)) &&
+        (groups.length === 0 ||
+          groups.includes(payload.subscriptionGroupIdentifier ?? "")) &&
+        (ownership === null || payload.inAppOwnershipType === ownership) &&
+        (revoked === null || (payload.revocationDate !== undefined) === (revoked === "true"))
+      )
+      .sort((a, b) =>
+        (a.payload.purchaseDate - b.payload.purchaseDate ||
+          a.payload.transactionId.localeCompare(b.payload.transactionId)) *
+        (sort === "ASCENDING" ? 1 : -1)
+      );
+    const page = matching.slice(offset, offset + this.#historyPageSize);
+    const next = offset + page.length;
+    return {
+      status: 200,
+      body: {
+        revision: writeRevision(next, fingerprint),
+        hasMore: next < matching.length,
+        bundleId: call.bundleId,
+        ...this.#appAppleIdOf(call),
+        environment: environmentName(call.environment),
+        signedTransactions: page.map((t) => t.jws),
+      },
+    };
+  }
+
+  /**
+   * Send Consumption Information v2: the ConsumptionRequest checked as Apple documents it,
+   * recorded, and answered 202 with no body.
+   */
+  #consumption(call: Call): Answer {
+    if (!/^\d+$/.test(call.id)) {
+      return { status: 400, body: STOREA_API_ERRORS.invalidTransactionId };
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(call.body);
+    } catch {
+      // "If there's no error code, the request is malformed."
+      return { status: 400 };
+    }
+    if (typeof body !== "object" || body === null || Array.isArray(body)) return { status: 400 };
+    const request = body as Record<string, unknown>;
+    const errors = STOREA_API_ERRORS;
+    if (request.customerConsented !== true) {
+      return { status: 400, body: errors.invalidCustomerConsented };
+    }
+    if (!DELIVERY_STATUSES.includes(request.deliveryStatus as string)) {
+      return { status: 400, body: errors.invalidDeliveryStatus };
+    }
+    if (typeof request.sampleContentProvided !== "boolean") {
+      return { status: 400, body: errors.invalidSampleContentProvided };
+    }
+    if (
+      request.refundPreference !== undefined &&
+      !REFUND_PREFERENCES.includes(request.refundPreference as string)
+    ) return { status: 400, body: errors.invalidRefundPreference };
+    const percentage = request.consumptionPercentage;
+    if (
+      percentage !== undefined &&
+      (!Number.isInteger(percentage) || (percentage as number) < 0 ||
+        (percentage as number) > 100_000)
+    ) return { status: 400, body: errors.consumptionPercentageOutOfRange };
+    const found = this.#find(call);
+    if ("status" in found) return found;
+    if (percentage !== undefined) {
+      if (found.payload.type === "Auto-Renewable Subscription") {
+        return { status: 400, body: errors.consumptionPercentageAutoRenewableSubscription };
+      }
+      if (request.deliveryStatus !== "DELIVERED" && percentage !== 0) {
+        return { status: 400, body: errors.undeliveredConsumptionPercentageNonZero };
+      }
+      if (
+        request.refundPreference === "GRANT_PRORATED" &&
+        ((percentage as number) <= 0 || (percentage as number) >= 100_000)
+      ) return { status: 400, body: errors.consumptionPercentageOutOfRange };
+    }
+    this.consumptionRequests.push({
+      environment: call.environment,
+      transactionId: call.id,
+      body: request,
+      at: Date.now(),
+    });
+    return { status: 202 };
+  }
+
+  /**
+   * Request a Test Notification: answers a token at once, and posts a signed TEST notification
+   * to the app's notification URL for this environment (404 when it has none).
+   */
+  async #requestTestNotification(call: Call): Promise<Answer> {
+    const target = this.#notificationUrls[call.environment].get(call.bundleId);
+    if (target === undefined) {
+      return { status: 404, body: STOREA_API_ERRORS.serverNotificationUrlNotFound };
+    }
+    const token = `${crypto.randomUUID()}_${Date.now()}`;
+    const payload = await this.#signer.notificationPayload({
+      notificationType: "TEST",
+      bundleId: call.bundleId,
+      environment: environmentName(call.environment),
+      ...(call.environment === "production" && target.appAppleId !== undefined
+        ? { appAppleId: target.appAppleId }
+        : {}),
+    });
+    const signedPayload = await this.#signer.signNotification(payload);
+    const test: TestNotification = {
+      environment: call.environment,
+      bundleId: call.bundleId,
+      signedPayload,
+      sendAttempts: [],
+    };
+    this.#testNotifications.set(token, test);
+    const posting = this.#post(
+      call.environment,
+      target.url,
+      payload.notificationUUID,
+      signedPayload,
+    )
+      .then((attempt) => {
+        test.sendAttempts.push(attempt);
+      });
+    this.#posting.add(posting);
+    posting.finally(() => this.#posting.delete(posting));
+    return { status: 200, body: { testNotificationToken: token } };
+  }
+
+  /** Get Test Notification Status: the signed payload and the attempts so far. */
+  #testNotificationStatus(call: Call): Answer {
+    const test = this.#testNotifications.get(call.id);
+    if (
+      test === undefined || test.environment !== call.environment || test.bundleId !== call.bundleId
+    ) {
+      return { status: 404, body: STOREA_API_ERRORS.testNotificationNotFound };
+    }
+    return {
+      status: 200,
+      body: { signedPayload: test.signedPayload, sendAttempts: [...test.sendAttempts] },
+    };
+  }
+
+  /** Posts `{signedPayload}` as the App Store does, once, and says what it met. */
+  async #post(
+    environment: StoreaApiEnvironment,
+    url: string,
+    notificationUUID: string,
+    signedPayload: string,
+  ): Promise<StoreaSendAttempt> {
+    const attemptDate = Date.now();
+    let result: StoreaSendAttemptResult;
+    let responseStatus: number | null = null;
+    const signal = AbortSignal.any([
+      AbortSignal.timeout(this.#notificationTimeoutMs),
+      this.#closing.signal,
+    ]);
+    try {
+      const response = await fetch(url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ signedPayload }),
+        redirect: "manual",
+        signal,
+      });
+      responseStatus = response.status;
+      await response.body?.cancel();
+      result = response.status >= 200 && response.status < 300
+        ? "SUCCESS"
+        : "UNSUCCESSFUL_HTTP_RESPONSE_CODE";
+    } catch (error) {
+      result = sendFailure(error, signal);
+    }
+    const attempt = { attemptDate, sendAttemptResult: result };
+    this.sentNotifications.push({
+      environment,
+      url,
+      notificationUUID,
+      signedPayload,
+      attempt,
+      responseStatus,
+    });
+    return attempt;
+  }
+
+  #appAppleIdOf(call: Call): { appAppleId?: number } {
+    const appAppleId = this.#notificationUrls[call.environment].get(call.bundleId)?.appAppleId;
+    return appAppleId === undefined ? {} : { appAppleId };
+  }
+
+  #nextScripted(
+    environment: StoreaApiEnvironment,
+    operation: StoreaApiOperation,
+  ): StoreaScriptedAnswer | undefined {
     const queue = this.#scripts[environment];
-    const next = queue[0];
-    if (next === undefined) return undefined;
+    const index = queue.findIndex((s) => s.operation === undefined || s.operation === operation);
+    if (index === -1) return undefined;
+    const next = queue[index];
     next.times = (next.times ?? 1) - 1;
-    if (next.times <= 0) queue.shift();
+    if (next.times <= 0) queue.splice(index, 1);
     return next;
   }
 
   /**
    * Checks the token as Apple documents it ("Generating JSON Web Tokens for API requests"):
    * ES256, typ JWT, a known kid; iss, aud, bid of that key; iat not in the future; exp in
-   * the future and at most 60 minutes after iat. Returns why it is refused, or null.
+   * the future and at most 60 minutes after iat. Returns why it is refused, or its bundle id.
    */
-  async #authenticate(authorization: string | undefined): Promise<string | null> {
+  async #authenticate(
+    authorization: string | undefined,
+  ): Promise<{ failure: string } | { bundleId: string }> {
+    const refuse = (failure: string) => ({ failure });
     const token = /^Bearer (\S+)$/.exec(authorization ?? "")?.[1];
-    if (token === undefined) return "missing bearer token";
+    if (token === undefined) return refuse("missing bearer token");
     this.#tokens.add(token);
 
     let header;
     try {
       header = decodeProtectedHeader(token);
     } catch {
-      return "malformed token";
+      return refuse("malformed token");
     }
-    if (header.alg !== "ES256") return `alg ${header.alg} is not ES256`;
-    if (header.typ !== "JWT") return `typ ${header.typ} is not JWT`;
+    if (header.alg !== "ES256") return refuse(`alg ${header.alg} is not ES256`);
+    if (header.typ !== "JWT") return refuse(`typ ${header.typ} is not JWT`);
     const key = typeof header.kid === "string" ? this.#keys.get(header.kid) : undefined;
-    if (key === undefined) return `unknown kid ${header.kid}`;
+    if (key === undefined) return refuse(`unknown kid ${header.kid}`);
 
     let claims: Record<string, unknown>;
     try {
       const { payload } = await compactVerify(token, key.publicKey, { algorithms: ["ES256"] });
       claims = JSON.parse(new TextDecoder().decode(payload));
     } catch {
-      return "signature does not verify with the key of kid";
+      return refuse("signature does not verify with the key of kid");
     }
     const now = Math.floor(Date.now() / 1000);
     const { iss, aud, bid, iat, exp } = claims;
-    if (iss !== key.issuerId) return `iss ${iss} is not the key's issuer`;
-    if (aud !== STOREA_API_AUDIENCE) return `aud ${aud} is not ${STOREA_API_AUDIENCE}`;
-    if (bid !== key.bundleId) return `bid ${bid} is not the key's bundle`;
-    if (typeof iat !== "number" || typeof exp !== "number") return "iat or exp missing";
-    if (iat > now + this.#toleranceSeconds) return "iat is in the future";
-    if (exp <= now) return "token expired";
-    if (exp - iat > MAX_TOKEN_LIFETIME_SECONDS) return "exp is more than 60 minutes after iat";
+    if (iss !== key.issuerId) return refuse(`iss ${iss} is not the key's issuer`);
+    if (aud !== STOREA_API_AUDIENCE) return refuse(`aud ${aud} is not ${STOREA_API_AUDIENCE}`);
+    if (bid !== key.bundleId) return refuse(`bid ${bid} is not the key's bundle`);
+    if (typeof iat !== "number" || typeof exp !== "number") return refuse("iat or exp missing");
+    if (iat > now + this.#toleranceSeconds) return refuse("iat is in the future");
+    if (exp <= now) return refuse("token expired");
+    if (exp - iat > MAX_TOKEN_LIFETIME_SECONDS) {
+      return refuse("exp is more than 60 minutes after iat");
+    }
+    return { bundleId: key.bundleId };
+  }
+}
+
+/** `Production` or `Sandbox`, as Apple's payloads spell the environment. */
+function environmentName(environment: StoreaApiEnvironment): StoreaEnvironmentName {
+  return environment === "production" ? "Production" : "Sandbox";
+}
+
+/** A renewal info that matches a subscription's status and its latest transaction. */
+function sampleRenewalFor(
+  signer: StoreaSigner,
+  latest: StoreaTransactionPayload,
+  status: number,
+  environment: StoreaApiEnvironment,
+): StoreaRenewalInfoPayload {
+  const expires = latest.expiresDate;
+  const base = {
+    originalTransactionId: latest.originalTransactionId,
+    productId: latest.productId,
+    autoRenewProductId: latest.productId,
+    environment: environmentName(environment),
+    recentSubscriptionStartDate: latest.originalPurchaseDate,
+  };
+  switch (status) {
+    case 1:
+      return signer.sampleRenewalInfo({ ...base, autoRenewStatus: 1, renewalDate: expires });
+    case 3:
+      return signer.sampleRenewalInfo({
+        ...base,
+        autoRenewStatus: 1,
+        expirationIntent: 2,
+        isInBillingRetryPeriod: true,
+        renewalDate: undefined,
+      });
+    case 4:
+      return signer.sampleRenewalInfo({
+        ...base,
+        autoRenewStatus: 1,
+        expirationIntent: 2,
+        isInBillingRetryPeriod: true,
+        gracePeriodExpiresDate: (expires ?? Date.now()) + 16 * DAY_MS,
+        renewalDate: undefined,
+      });
+    default:
+      // Expired (2) or revoked (5): nothing renews.
+      return signer.sampleRenewalInfo({
+        ...base,
+        autoRenewStatus: 0,
+        ...(status === 2 ? { expirationIntent: 1 } : {}),
+        renewalDate: undefined,
+      });
+  }
+}
+
+/** A revision token: where the next page starts, for one query. */
+function writeRevision(offset: number, fingerprint: string): string {
+  const json = JSON.stringify({ offset, fingerprint });
+  return new TextEncoder().encode(json).toBase64({ alphabet: "base64url", omitPadding: true });
+}
+
+/** The offset of a revision made for `fingerprint`, or null. */
+function readRevision(revision: string, fingerprint: string): number | null {
+  try {
+    const bytes = Uint8Array.fromBase64(revision, { alphabet: "base64url" });
+    const parsed = JSON.parse(new TextDecoder().decode(bytes));
+    if (parsed?.fingerprint !== fingerprint || !Number.isInteger(parsed.offset)) return null;
+    return parsed.offset >= 0 ? parsed.offset : null;
+  } catch {
     return null;
   }
+}
+
+/** Apple's name for why a post got no answer. */
+function sendFailure(error: unknown, signal: AbortSignal): StoreaSendAttemptResult {
+  if (signal.aborted) return "TIMED_OUT";
+  const text = String((error as Error)?.cause ?? error);
+  if (/connection refused|tcp connect error/i.test(text)) return "NO_RESPONSE";
+  if (/closed before message completed|connection reset|broken pipe/i.test(text)) {
+    return "PREMATURE_CLOSE";
+  }
+  if (/certificate|tls|ssl|handshake/i.test(text)) return "TLS_ISSUE";
+  if (/dns|lookup|resolve/i.test(text)) return "OTHER";
+  return "SOCKET_ISSUE";
+}
+
+/** The request body as text, or null past {@linkcode MAX_REQUEST_BODY_BYTES}. */
+async function readBody(req: http.IncomingMessage): Promise<string | null> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Uint8Array).length;
+    if (size > MAX_REQUEST_BODY_BYTES) return null;
+    chunks.push(chunk as Uint8Array);
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.length;
+  }
+  return new TextDecoder().decode(bytes);
 }
 
 /** The public key of a registration, from whichever form it was given in. */
