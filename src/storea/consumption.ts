@@ -5,10 +5,14 @@
  * twice leaves Apple as sending it once does: it is retried once like a read
  * (docs/architecture.md, "Retrying store A calls").
  */
-import { ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaEnvironmentName } from "./api_client.ts";
-import { askEnvironments, type StoreaContext, transactionNotFound } from "./lookup.ts";
+import {
+  askEnvironments,
+  refusedByApple,
+  type StoreaContext,
+  transactionNotFound,
+} from "./lookup.ts";
 
 /** Apple's `deliveryStatus` values. */
 export const DELIVERY_STATUSES = [
@@ -92,14 +96,6 @@ export async function sendConsumption(
   );
   if (!outcome.found) return transactionNotFound(outcome.environments);
   const answer = outcome.answer;
-  if (answer.kind === "bad_request") {
-    throw new ServiceError(
-      "INVALID_REQUEST",
-      `the App Store refused the consumption information${
-        answer.errorMessage === null ? "" : `: ${answer.errorMessage}`
-      }`,
-      { details: { upstreamCode: answer.upstreamCode }, upstreamStatus: 400 },
-    );
-  }
+  if (answer.kind === "bad_request") throw refusedByApple(answer, "consumption information");
   return { valid: true, environment: outcome.environment, upstreamStatus: answer.status };
 }

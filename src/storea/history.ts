@@ -9,6 +9,7 @@ import {
   askEnvironments,
   bundleMismatch,
   malformedAnswer,
+  refusedByApple,
   type StoreaContext,
   transactionNotFound,
   verifiedFromStore,
@@ -98,10 +99,16 @@ export async function lookUpHistory(
         path: `/inApps/v2/history/${encodeURIComponent(input.transactionId)}`,
         query,
         idempotent: true,
+        // Every value is the tenant's (the revision) or was checked by the route: Apple's 400
+        // is the tenant's to fix, not a reason to retry later.
+        answersBadRequest: true,
       }, { environment, signal }),
   );
   if (!outcome.found) return transactionNotFound(outcome.environments);
-  const body = outcome.answer.kind === "ok" ? outcome.answer.body : null;
+  if (outcome.answer.kind === "bad_request") {
+    throw refusedByApple(outcome.answer, "history request");
+  }
+  const body = outcome.answer.body;
   const signed = body?.signedTransactions;
   if (!Array.isArray(signed) || !signed.every((jws) => typeof jws === "string")) {
     throw malformedAnswer("a history without signedTransactions");

@@ -92,6 +92,23 @@ export async function verifiedFromStore(
   }
 }
 
+/**
+ * 400 `INVALID_REQUEST` for Apple's 400 to a request made of the tenant's own values (a revision,
+ * consumption information), with Apple's `errorCode` in `details.upstreamCode`.
+ */
+export function refusedByApple(
+  answer: { upstreamCode: number | null; errorMessage: string | null },
+  what: string,
+): ServiceError {
+  return new ServiceError(
+    "INVALID_REQUEST",
+    `the App Store refused the ${what}${
+      answer.errorMessage === null ? "" : `: ${answer.errorMessage}`
+    }`,
+    { details: { upstreamCode: answer.upstreamCode }, upstreamStatus: 400 },
+  );
+}
+
 /** 502 for a 2xx answer that lacks what the call returns. */
 export function malformedAnswer(what: string): ServiceError {
   return new ServiceError("APPLE_API_ERROR", `the App Store answered ${what}`, {
