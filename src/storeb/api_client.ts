@@ -1,7 +1,10 @@
 /**
- * The Play Developer API calls of store B verification: purchases.subscriptionsv2 and
- * purchases.products, with the retries that are safe for a read: one after a 5xx or a network
- * failure, and one with a fresh token after a 401, all under one deadline.
+ * The Play Developer API calls of store B: the lookups of verification (purchases.subscriptionsv2
+ * and purchases.products), with the retries that are safe for a read: one after a 5xx or a network
+ * failure, and one with a fresh token after a 401, all under one deadline; and the writes of the
+ * store actions (acknowledge, consume), which are retried here only after a 401, when Google
+ * certainly did nothing. Whether a write whose answer was lost took effect is the caller's
+ * question (docs/architecture.md, "Which store B calls are retried").
  */
 import { timeoutSignal } from "../abort.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
@@ -24,6 +27,26 @@ export type PurchaseQuery =
   | { type: "subscription"; packageName: string; purchaseToken: string }
   | { type: "product"; packageName: string; productId: string; purchaseToken: string };
 
+/**
+ * A change to make at the store: acknowledge a subscription (`productId` is its subscription id)
+ * or a one-time product, or consume a one-time product.
+ */
+export interface PurchaseWrite {
+  action: "acknowledge" | "consume";
+  type: "subscription" | "product";
+  packageName: string;
+  productId: string;
+  purchaseToken: string;
+}
+
+/**
+ * What came of one write: an answer (whatever its status), or none, in which case the write may
+ * or may not have taken effect.
+ */
+export type WriteAttempt =
+  | { answered: true; response: UpstreamResponse }
+  | { answered: false; timedOut: boolean; error: UpstreamUnreachable };
+
 /** Options of {@linkcode StorebApiClient}. */
 export interface StorebApiClientOptions {
   /** `STOREB_API_URL`, without a trailing path. */
@@ -35,6 +58,12 @@ export interface StorebApiClientOptions {
 /** Options of {@linkcode StorebApiClient.getPurchase}. */
 export interface GetPurchaseOptions {
   /** The deadline of the whole lookup, retries included (default 10 s). */
+  timeoutMs?: number;
+}
+
+/** Options of {@linkcode StorebApiClient.writePurchase}. */
+export interface WritePurchaseOptions {
+  /** The deadline of the write, its token requests and its retry after a 401 (default 10 s). */
   timeoutMs?: number;
 }
 
@@ -131,6 +160,89 @@ export class StorebApiClient {
     }
   }
 
+  /**
+   * Sends one write (`:acknowledge` or `:consume`) and returns its answer, whatever its status, or
+   * that none came (timeout, connection refused or reset). Never retried, except once with a fresh
+   * token after a 401: Google refused the token and did nothing. Throws 502 `GOOGLE_API_ERROR`
+   * when the deadline passed before the write was sent, and the token source's errors.
+   */
+  writePurchase(
+    account: ServiceAccount,
+    write: PurchaseWrite,
+    options: WritePurchaseOptions = {},
+  ): Promise<WriteAttempt> {
+    return withSpan("purchase_relay.storeb.write_purchase", {
+      [ATTR.store]: "storeb",
+      "purchase_relay.purchase_type": write.type,
+      "purchase_relay.action": write.action,
+    }, async (span) => {
+      const attempt = await this.#write(account, write, options);
+      span?.setAttribute(
+        ATTR.outcome,
+        attempt.answered ? String(attempt.response.status) : "no_answer",
+      );
+      return attempt;
+    });
+  }
+
+  async #write(
+    account: ServiceAccount,
+    write: PurchaseWrite,
+    options: WritePurchaseOptions,
+  ): Promise<WriteAttempt> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { signal: deadline, clear } = timeoutSignal(timeoutMs);
+    const url = this.#writeUrl(write);
+    // Acknowledge takes an optional JSON body (developerPayload, which is deprecated); consume
+    // takes none.
+    const init: RequestInit = write.action === "acknowledge"
+      ? { method: "POST", body: "{}" }
+      : { method: "POST" };
+    let refreshedToken = false;
+    try {
+      while (true) {
+        let token: string;
+        try {
+          token = await this.#tokens.accessToken(account, { signal: deadline });
+        } catch (error) {
+          if (deadline.aborted && error === deadline.reason) {
+            // Nothing was sent: the deadline passed while waiting for a token.
+            throw googleApiError(`the store B API did not answer within ${timeoutMs} ms`, {
+              status: null,
+              upstreamCode: null,
+            });
+          }
+          throw error;
+        }
+        let response: UpstreamResponse;
+        try {
+          response = await requestUpstream(url, {
+            ...init,
+            headers: {
+              authorization: `Bearer ${token}`,
+              accept: "application/json",
+              ...(init.body === undefined ? {} : { "content-type": "application/json" }),
+            },
+          }, deadline);
+        } catch (error) {
+          if (error instanceof UpstreamUnreachable) {
+            return { answered: false, timedOut: error.timedOut, error };
+          }
+          throw error;
+        }
+        if (response.status === 401 && !refreshedToken) {
+          // A refused token: the write was not carried out, so it is safe to send it again.
+          refreshedToken = true;
+          this.#tokens.invalidate(account, token);
+          continue;
+        }
+        return { answered: true, response };
+      }
+    } finally {
+      clear();
+    }
+  }
+
   // Path segments: the verify route refuses "." and ".." as product id or token
   // (pathSegmentField), and the package name is the tenant's own.
   #purchaseUrl(query: PurchaseQuery): string {
@@ -141,5 +253,17 @@ export class StorebApiClient {
     return query.type === "subscription"
       ? `${app}/subscriptionsv2/tokens/${token}`
       : `${app}/products/${encodeURIComponent(query.productId)}/tokens/${token}`;
+  }
+
+  // The same segments as a lookup's; `:` in a token or product id is percent-encoded, so the
+  // custom method suffix cannot be forged from them.
+  #writeUrl(write: PurchaseWrite): string {
+    const app = `${this.#apiUrl}/androidpublisher/v3/applications/${
+      encodeURIComponent(write.packageName)
+    }/purchases`;
+    const collection = write.type === "subscription" ? "subscriptions" : "products";
+    return `${app}/${collection}/${encodeURIComponent(write.productId)}/tokens/${
+      encodeURIComponent(write.purchaseToken)
+    }:${write.action}`;
   }
 }

@@ -3,18 +3,10 @@
  * about a purchase token and normalizes the answer.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
-import { rateLimited, type ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
 import { StorebApiClient } from "./api_client.ts";
-import {
-  normalizeProductPurchase,
-  normalizeSubscriptionPurchase,
-  type ProductPurchase,
-  type SubscriptionPurchase,
-} from "./purchase.ts";
-import { googleApiError, parseJsonBody, type UpstreamResponse } from "./upstream.ts";
-import { objectOrEmpty } from "../json.ts";
-import { parseRetryAfterMs } from "../retry_after.ts";
+import type { ProductPurchase, SubscriptionPurchase } from "./purchase.ts";
+import { lookUpPurchase } from "./lookup.ts";
 
 /** A store B verify request, as the route validated it. */
 export interface StorebVerifyInput {
@@ -82,35 +74,16 @@ export class StorebVerifier {
       };
     }
     const account = this.#accountOf(credentials);
-    const answer = await this.#client.getPurchase(account, request, {
-      timeoutMs: this.#timeoutMs,
-    });
-    if (answer.status === 200) {
-      const body = parseJsonBody(answer.text);
-      const normalized = request.type === "subscription"
-        ? normalizeSubscriptionPurchase(body, request)
-        : normalizeProductPurchase(body, request);
-      return { valid: true, ...normalized, upstreamStatus: answer.status };
-    }
-    if (answer.status === 404) {
+    const read = await lookUpPurchase(this.#client, account, request, this.#timeoutMs);
+    if (!read.found) {
       return {
         valid: false,
-        error: "PURCHASE_NOT_FOUND",
-        message: `store B has no ${request.type} purchase with this token: it never existed`,
-        upstreamStatus: 404,
+        error: read.error,
+        message: read.message,
+        upstreamStatus: read.upstreamStatus,
       };
     }
-    if (answer.status === 410) {
-      return {
-        valid: false,
-        error: "PURCHASE_NOT_FOUND",
-        message: `this ${request.type} purchase token is no longer valid: consumed, refunded ` +
-          `or expired too long ago`,
-        upstreamStatus: 410,
-      };
-    }
-    if (answer.status === 429) throw quotaExceeded(answer);
-    throw unexpectedAnswer(answer);
+    return { valid: true, ...read.normalized, upstreamStatus: read.upstreamStatus };
   }
 
   /** The service account of `credentials`, parsed (and its key hashed) once, not per request. */
@@ -122,31 +95,4 @@ export class StorebVerifier {
     }
     return account;
   }
-}
-
-/**
- * 429 `RATE_LIMITED` for the upstream quota, with the store's `Retry-After` when it sent a usable
- * one (seconds or an HTTP date) and the default wait otherwise: every 429 carries both the header
- * and `details.retryAfterSeconds`.
- */
-function quotaExceeded(answer: UpstreamResponse): ServiceError {
-  const message = "the store B API quota of this service account is exceeded";
-  const waitMs = parseRetryAfterMs(answer.headers.get("retry-after"));
-  const seconds = waitMs === null ? null : waitMs / 1000;
-  return rateLimited(
-    `${message}; retry after ${seconds === null ? "the default wait" : "the time given"}`,
-    seconds ?? UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
-    { upstreamStatus: 429 },
-  );
-}
-
-/** 502 `GOOGLE_API_ERROR` for any other status, with Google's own error code when it sent one. */
-function unexpectedAnswer(answer: UpstreamResponse): ServiceError {
-  const body = parseJsonBody(answer.text);
-  const status = objectOrEmpty(objectOrEmpty(body).error).status;
-  const upstreamCode = typeof status === "string" ? status : null;
-  return googleApiError(
-    `the store B API answered HTTP ${answer.status}${upstreamCode ? ` (${upstreamCode})` : ""}`,
-    { status: answer.status, upstreamCode },
-  );
 }
