@@ -6,6 +6,7 @@ import { jsonResponse } from "../http/server.ts";
 import {
   admitVerifyRequest,
   domainFailureResponse,
+  logStoreAction,
   pathSegmentField,
   runVerification,
   type VerifyDeps,
@@ -18,6 +19,9 @@ export const storebVerifyRequest = z.strictObject({
   productId: pathSegmentField(1, 200),
   purchaseToken: pathSegmentField(1, 4096),
   type: z.enum(["subscription", "product"]),
+  // Acknowledge a paid purchase before answering (docs/integration.md, "Store B: acknowledging
+  // purchases").
+  acknowledge: z.boolean().optional(),
 });
 
 /** A valid store B verify request. */
@@ -31,24 +35,43 @@ export interface StorebVerifyDeps extends VerifyDeps {
 /** Answers `POST /v1/storeb/verify`. */
 export function storebVerifyHandler(deps: StorebVerifyDeps): Handler {
   return async (request, context) => {
-    const { tenantId, body, credentials } = await admitVerifyRequest(request, context, {
+    const { tenantId, keyId, body, credentials } = await admitVerifyRequest(request, context, {
       deps,
       store: "storeb",
       schema: storebVerifyRequest,
     });
     const { packageName, productId, purchaseToken, type } = body;
+    const acknowledge = body.acknowledge === true;
     const outcome = await runVerification(deps, {
       tenantId,
       store: "storeb",
       subject: purchaseToken,
-      variant: `${type}\0${packageName}\0${productId}`,
+      // With acknowledge the answer differs (and a write may follow): another question.
+      variant: `${type}\0${packageName}\0${productId}${acknowledge ? "\0acknowledge" : ""}`,
     }, () => deps.storeb.verify(credentials, body));
     if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
-    return jsonResponse(200, {
+    const answer: Record<string, unknown> = {
       valid: true,
       version: deps.version,
       appUserId: outcome.appUserId,
       purchase: outcome.purchase,
-    });
+    };
+    const { acknowledgement } = outcome;
+    if (acknowledge && acknowledgement) {
+      await logStoreAction(deps.log, {
+        tenantId,
+        keyId,
+        store: "storeb",
+        action: "acknowledge",
+        productId,
+        purchaseToken,
+        outcome: acknowledgement.outcome,
+      });
+      answer.acknowledged = acknowledgement.acknowledged;
+      if (acknowledgement.acknowledgeError) {
+        answer.acknowledgeError = acknowledgement.acknowledgeError;
+      }
+    }
+    return jsonResponse(200, answer);
   };
 }

@@ -1,12 +1,28 @@
 /**
  * Store B verification (docs/integration.md, "POST /v1/storeb/verify"): asks the Play Developer API
- * about a purchase token and normalizes the answer.
+ * about a purchase token and normalizes the answer; and the store actions beside it
+ * (docs/integration.md, "Store B: acknowledging purchases"), which share its client, its token
+ * cache and its parsed service accounts.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
 import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
 import { StorebApiClient } from "./api_client.ts";
 import type { ProductPurchase, SubscriptionPurchase } from "./purchase.ts";
 import { lookUpPurchase } from "./lookup.ts";
+import {
+  acknowledgePurchase,
+  acknowledgeVerified,
+  ActionBudget,
+  type ActionContext,
+  consumePurchase,
+  purchaseStateOf,
+  type StorebAcknowledgeOutcome,
+  type StorebActionFailure,
+  type StorebConsumeOutcome,
+  type VerifyAcknowledgement,
+} from "./actions.ts";
+
+export type { StorebAcknowledgeOutcome, StorebConsumeOutcome, VerifyAcknowledgement };
 
 /** A store B verify request, as the route validated it. */
 export interface StorebVerifyInput {
@@ -14,6 +30,23 @@ export interface StorebVerifyInput {
   productId: string;
   purchaseToken: string;
   type: "subscription" | "product";
+  /** Acknowledge a paid, unacknowledged purchase before answering (default false). */
+  acknowledge?: boolean;
+}
+
+/** A store B acknowledge request, as the route validated it. */
+export interface StorebAcknowledgeInput {
+  packageName: string;
+  productId: string;
+  purchaseToken: string;
+  type: "subscription" | "product";
+}
+
+/** A store B consume request (one-time products only), as the route validated it. */
+export interface StorebConsumeInput {
+  packageName: string;
+  productId: string;
+  purchaseToken: string;
 }
 
 /** Where the Play Developer API and its token endpoint are, and how long a call may take. */
@@ -22,7 +55,10 @@ export interface StorebVerifierOptions {
   apiUrl: string;
   /** `STOREB_TOKEN_URL`: where access tokens come from, and the assertion's `aud`. */
   tokenUrl: string;
-  /** The whole verification's deadline, retries included. */
+  /**
+   * The whole verification's deadline, retries included; each step of an action gets as long,
+   * and the whole action three times as long.
+   */
   timeoutMs: number;
 }
 
@@ -34,6 +70,8 @@ export type StorebVerifyOutcome =
     purchase: SubscriptionPurchase | ProductPurchase;
     /** The upstream HTTP status, for the validation audit. */
     upstreamStatus: number;
+    /** Only when the request asked for `acknowledge: true`. */
+    acknowledgement?: VerifyAcknowledgement;
   }
   | {
     valid: false;
@@ -43,7 +81,7 @@ export type StorebVerifyOutcome =
     upstreamStatus: number | null;
   };
 
-/** Verifies store B purchases for any tenant. */
+/** Verifies store B purchases, and acknowledges and consumes them, for any tenant. */
 export class StorebVerifier {
   #timeoutMs: number;
   #client: StorebApiClient;
@@ -58,23 +96,27 @@ export class StorebVerifier {
     });
   }
 
-  /** Verifies one purchase with the tenant's credentials. Upstream failures throw. */
+  /**
+   * Verifies one purchase with the tenant's credentials, and with `acknowledge: true` acknowledges
+   * it when it is paid and not yet acknowledged. Upstream failures of the lookup throw; those of
+   * the acknowledgement are reported in `acknowledgement`.
+   */
   async verify(
     credentials: StorebCredentials,
     request: StorebVerifyInput,
   ): Promise<StorebVerifyOutcome> {
     // The package is checked before the store is asked: a mismatch costs no upstream call.
-    if (request.packageName !== credentials.packageName) {
-      return {
-        valid: false,
-        error: "PACKAGE_NAME_MISMATCH",
-        message: `packageName "${request.packageName}" is not this tenant's package ` +
-          `"${credentials.packageName}"`,
-        upstreamStatus: null,
-      };
-    }
-    const account = this.#accountOf(credentials);
-    const read = await lookUpPurchase(this.#client, account, request, this.#timeoutMs);
+    const mismatch = packageMismatch(credentials, request.packageName);
+    if (mismatch) return { ...mismatch, error: "PACKAGE_NAME_MISMATCH", upstreamStatus: null };
+    const context = this.#contextOf(credentials);
+    const budget = new ActionBudget(this.#timeoutMs);
+    const ref = {
+      packageName: request.packageName,
+      productId: request.productId,
+      purchaseToken: request.purchaseToken,
+      type: request.type,
+    };
+    const read = await lookUpPurchase(context.client, context.account, ref, budget.next());
     if (!read.found) {
       return {
         valid: false,
@@ -83,7 +125,55 @@ export class StorebVerifier {
         upstreamStatus: read.upstreamStatus,
       };
     }
-    return { valid: true, ...read.normalized, upstreamStatus: read.upstreamStatus };
+    const { appUserId, purchase } = read.normalized;
+    if (request.acknowledge !== true) {
+      return { valid: true, appUserId, purchase, upstreamStatus: read.upstreamStatus };
+    }
+    const acknowledgement = await acknowledgeVerified(context, ref, purchase, budget);
+    // Acknowledged during this call: the answer says what the store now holds. rawResponse stays
+    // the store's answer as read, before the acknowledgement.
+    const answered = acknowledgement.acknowledged && !purchaseStateOf(purchase).acknowledged
+      ? { ...purchase, acknowledgementState: 1 as const }
+      : purchase;
+    return {
+      valid: true,
+      appUserId,
+      purchase: answered,
+      upstreamStatus: read.upstreamStatus,
+      acknowledgement,
+    };
+  }
+
+  /** Acknowledges a purchase unless it already is (docs/integration.md). */
+  acknowledge(
+    credentials: StorebCredentials,
+    request: StorebAcknowledgeInput,
+  ): Promise<StorebAcknowledgeOutcome> {
+    const mismatch = packageMismatch(credentials, request.packageName);
+    if (mismatch) return Promise.resolve(mismatch);
+    return acknowledgePurchase(
+      this.#contextOf(credentials),
+      request,
+      new ActionBudget(this.#timeoutMs),
+    );
+  }
+
+  /** Consumes a one-time product purchase unless it already is (docs/integration.md). */
+  consume(
+    credentials: StorebCredentials,
+    request: StorebConsumeInput,
+  ): Promise<StorebConsumeOutcome> {
+    const mismatch = packageMismatch(credentials, request.packageName);
+    if (mismatch) return Promise.resolve(mismatch);
+    return consumePurchase(
+      this.#contextOf(credentials),
+      request,
+      new ActionBudget(this.#timeoutMs),
+    );
+  }
+
+  #contextOf(credentials: StorebCredentials): ActionContext {
+    return { client: this.#client, account: this.#accountOf(credentials) };
   }
 
   /** The service account of `credentials`, parsed (and its key hashed) once, not per request. */
@@ -95,4 +185,18 @@ export class StorebVerifier {
     }
     return account;
   }
+}
+
+/** `PACKAGE_NAME_MISMATCH` when `packageName` is not the tenant's, else null. */
+function packageMismatch(
+  credentials: StorebCredentials,
+  packageName: string,
+): StorebActionFailure & { error: "PACKAGE_NAME_MISMATCH" } | null {
+  if (packageName === credentials.packageName) return null;
+  return {
+    valid: false,
+    error: "PACKAGE_NAME_MISMATCH",
+    message: `packageName "${packageName}" is not this tenant's package ` +
+      `"${credentials.packageName}"`,
+  };
 }
