@@ -1,7 +1,12 @@
 /** The event catalog (docs/events.md), row by row, and the real Apple notifications through it. */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { classifyStorea, classifyStoreb } from "../src/events/catalog.ts";
+import {
+  classifyStorea,
+  classifyStoreb,
+  namedNotificationTypes,
+  UNIFIED_EVENTS,
+} from "../src/events/catalog.ts";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
 import { STOREB_SUBSCRIPTION_EVENTS } from "./helpers/catalog.ts";
 
@@ -219,4 +224,34 @@ Deno.test({
       }
     }
   },
+});
+
+Deno.test("UNIFIED_EVENTS is exactly what the tables can name", () => {
+  const named = namedNotificationTypes();
+  const found = new Set<string>();
+  const subtypes = [
+    null,
+    "BILLING_RECOVERY",
+    "GRACE_PERIOD",
+    "AUTO_RENEW_DISABLED",
+    "AUTO_RENEW_ENABLED",
+  ];
+  for (const notificationType of [...named.storea, "SOMETHING_NEW"]) {
+    for (const subtype of subtypes) {
+      for (const transaction of [SUBSCRIPTION, CONSUMABLE]) {
+        found.add(classifyStorea({ notificationType, subtype }, transaction).event);
+      }
+    }
+  }
+  const storeb = (notification: Record<string, unknown>) =>
+    found.add(classifyStoreb({ packageName: "p", ...notification }).event);
+  for (const notificationType of [...named.storebSubscription, 99]) {
+    storeb({ subscriptionNotification: { notificationType, purchaseToken: "t" } });
+  }
+  for (const notificationType of named.storebOneTimeProduct) {
+    storeb({ oneTimeProductNotification: { notificationType, purchaseToken: "t", sku: "s" } });
+  }
+  storeb({ voidedPurchaseNotification: { purchaseToken: "t", orderId: "o", refundType: 1 } });
+  storeb({ testNotification: { version: "1.0" } });
+  assert.deepEqual([...found].sort(), [...UNIFIED_EVENTS].sort());
 });

@@ -86,6 +86,7 @@ export function storeaWebhookHandler(deps: StoreaWebhookDeps): Handler {
       entry: classifyStorea(notification.payload, notification.transaction),
       data: notification.payload,
       raw: notification.payload,
+      sandbox: notification.environment === "Sandbox",
     });
   };
 }

@@ -47,6 +47,8 @@ import {
   listAllTenants,
   rotateSecret,
   setCallback,
+  setEvents,
+  setStateFetch,
   showTenant,
 } from "./tenant.ts";
 import { createKey, listKeys, revokeKey } from "./key.ts";
@@ -133,15 +135,49 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
       },
       {
         words: ["tenant", "set-callback"],
-        summary: "set a tenant's callback URL (and webhook secret)",
+        summary: "set a tenant's callback URLs (and webhook secret)",
         args: ["ID"],
         options: {
-          url: { value: "URL", summary: "where deliveries go", required: true },
+          url: { value: "URL", summary: "where deliveries go" },
+          "sandbox-url": {
+            value: "URL",
+            summary: "where store A Sandbox notifications go instead; none removes it",
+          },
           ...WEBHOOK_SECRET_OPTIONS,
         },
         description:
-          "Prints `{id, callbackUrl, webhookSecret, updatedAt}`; `webhookSecret` only when newly set: generated when the tenant has none, else the existing one is kept unless one is given. A given secret replaces the old one at once, with no grace period; `tenant rotate-secret` changes it without breaking the tenant's verification.",
+          'Sets `--url`, `--sandbox-url`, or both (at least one). Prints `{id, callbackUrl, sandboxCallbackUrl, webhookSecret, updatedAt}`; `webhookSecret` only when newly set: generated when the tenant has none, else the existing one is kept unless one is given. A given secret replaces the old one at once, with no grace period; `tenant rotate-secret` changes it without breaking the tenant\'s verification. Both URLs are checked alike and signed with the same secret (docs/operations.md, "Routing deliveries").',
         run: setCallback,
+      },
+      {
+        words: ["tenant", "set-events"],
+        summary: "choose which events a tenant's callback gets",
+        args: ["ID"],
+        options: {
+          events: {
+            value: "LIST",
+            summary: "event names and prefix.* patterns, comma-separated; all for every event",
+            required: true,
+          },
+        },
+        description:
+          'Prints `{id, events, updatedAt}` (`events` null: every event). An event that matches none is still verified and stored, and its delivery stored failed without being sent; `deliveries retry` sends it anyway. A name or pattern that matches no event of the catalog is refused (`INVALID_EVENT_FILTER`) (docs/operations.md, "Routing deliveries").',
+        run: setEvents,
+      },
+      {
+        words: ["tenant", "set-state-fetch"],
+        summary: "turn the store B state on deliveries on or off",
+        args: ["ID"],
+        options: {
+          storeb: {
+            value: "on|off",
+            summary: "fetch the purchase for each store B delivery",
+            required: true,
+          },
+        },
+        description:
+          'Prints `{id, storebStateFetch, updatedAt}`. On (the default), each store B subscription or one-time notification costs one Play Developer API call, made before its first attempt, to put the purchase in the delivery\'s `state`; off, `state` is null (docs/integration.md, "State on every delivery").',
+        run: setStateFetch,
       },
       {
         words: ["tenant", "rotate-secret"],

@@ -1,9 +1,17 @@
 /**
- * The `tenant` commands: create, list, show, set-callback, rotate-secret, deactivate, activate.
- * Webhook secrets are printed once, when set.
+ * The `tenant` commands: create, list, show, set-callback, set-events, set-state-fetch,
+ * rotate-secret, deactivate, activate. Webhook secrets are printed once, when set.
  * @module
  */
-import { insertTenant, listTenants, setTenantActive, setTenantCallback } from "../db/tenants.ts";
+import {
+  insertTenant,
+  listTenants,
+  setTenantActive,
+  setTenantCallback,
+  setTenantEvents,
+  setTenantStorebStateFetch,
+} from "../db/tenants.ts";
+import { parseEventFilter } from "../events/filter.ts";
 import { rotateWebhookSecret } from "../db/tenants.ts";
 import { describeCredentials } from "../db/credentials.ts";
 import { notifyDispatchers } from "../delivery/queue.ts";
@@ -72,12 +80,24 @@ export async function showTenant(
   return { ...tenant, ...(await describeCredentials(db.sql, id)) };
 }
 
-/** `tenant set-callback ID --url URL [--webhook-secret-file PATH|-]` */
+/** What `--sandbox-url` takes to remove the sandbox callback URL. */
+const NO_SANDBOX_URL = "none";
+
+/**
+ * `tenant set-callback ID [--url URL] [--sandbox-url URL|none] [--webhook-secret-file PATH|-]`:
+ * at least one of the URLs.
+ */
 export async function setCallback(
   { positionals: [id], options }: CommandInput,
   context: CliContext,
 ): Promise<CommandOutput> {
-  const callbackUrl = checkedCallbackUrl(options.url, context.config)!;
+  if (options.url === undefined && options["sandbox-url"] === undefined) {
+    throw new UsageError("give --url, --sandbox-url, or both");
+  }
+  const callbackUrl = checkedCallbackUrl(options.url, context.config) ?? undefined;
+  const sandboxCallbackUrl = options["sandbox-url"] === NO_SANDBOX_URL
+    ? null
+    : checkedCallbackUrl(options["sandbox-url"], context.config) ?? undefined;
   const given = await givenWebhookSecret(options);
   const { db, box } = await context.open();
   const before = await mustFindTenant(db, id);
@@ -85,11 +105,49 @@ export async function setCallback(
   const webhookSecret = given !== undefined || !before.hasWebhookSecret
     ? webhookSecretFrom(given)
     : null;
-  const tenant = (await setTenantCallback(db.sql, box, id, { callbackUrl, webhookSecret }))!;
-  const printed: Record<string, unknown> = { id: tenant.id, callbackUrl: tenant.callbackUrl };
+  const tenant = (await setTenantCallback(db.sql, box, id, {
+    callbackUrl,
+    sandboxCallbackUrl,
+    webhookSecret,
+  }))!;
+  const printed: Record<string, unknown> = {
+    id: tenant.id,
+    callbackUrl: tenant.callbackUrl,
+    sandboxCallbackUrl: tenant.sandboxCallbackUrl,
+  };
   if (webhookSecret !== null) printed.webhookSecret = webhookSecret;
   printed.updatedAt = tenant.updatedAt;
   return printed;
+}
+
+/** `tenant set-events ID --events LIST`: which events are delivered; `all` clears the filter. */
+export async function setEvents(
+  { positionals: [id], options }: CommandInput,
+  context: CliContext,
+): Promise<CommandOutput> {
+  let events: string[] | null;
+  try {
+    events = parseEventFilter(options.events!);
+  } catch (error) {
+    throw new CommandError("INVALID_EVENT_FILTER", (error as Error).message);
+  }
+  const { db } = await context.open();
+  await mustFindTenant(db, id);
+  const tenant = (await setTenantEvents(db.sql, id, events))!;
+  return { id: tenant.id, events: tenant.events, updatedAt: tenant.updatedAt };
+}
+
+/** `tenant set-state-fetch ID --storeb on|off` */
+export async function setStateFetch(
+  { positionals: [id], options }: CommandInput,
+  context: CliContext,
+): Promise<CommandOutput> {
+  const value = options.storeb!;
+  if (value !== "on" && value !== "off") throw new UsageError("--storeb takes on or off");
+  const { db } = await context.open();
+  await mustFindTenant(db, id);
+  const tenant = (await setTenantStorebStateFetch(db.sql, id, value === "on"))!;
+  return { id: tenant.id, storebStateFetch: tenant.storebStateFetch, updatedAt: tenant.updatedAt };
 }
 
 /** `tenant rotate-secret ID [--grace DURATION]`: a new secret; the old one signs for the grace. */

@@ -9,6 +9,12 @@ export interface Tenant {
   name: string;
   active: boolean;
   callbackUrl: string | null;
+  /** Where store A Sandbox notifications go; null: the callback URL. */
+  sandboxCallbackUrl: string | null;
+  /** Event names and `prefix.*` patterns delivered; null: every event. */
+  events: string[] | null;
+  /** Whether store B deliveries carry the purchase fetched from the store. */
+  storebStateFetch: boolean;
   hasWebhookSecret: boolean;
   createdAt: string;
   updatedAt: string;
@@ -29,6 +35,9 @@ function toTenant(row: any): Tenant {
     name: row.name,
     active: row.active,
     callbackUrl: row.callback_url,
+    sandboxCallbackUrl: row.sandbox_callback_url,
+    events: row.event_filter,
+    storebStateFetch: row.storeb_state_fetch,
     hasWebhookSecret: row.webhook_secret_sealed !== null,
     createdAt: new Date(row.created_at).toISOString(),
     updatedAt: new Date(row.updated_at).toISOString(),
@@ -77,21 +86,29 @@ export async function setTenantActive(
 }
 
 /**
- * Sets the callback URL. A new webhook secret is sealed when given; otherwise the current one is
- * kept. Returns null when the tenant does not exist.
+ * Sets the callback URL and the sandbox callback URL, each when given (`null` clears the sandbox
+ * one; `undefined` keeps either). A new webhook secret is sealed when given; otherwise the current
+ * one is kept. Returns null when the tenant does not exist.
  */
 export async function setTenantCallback(
   sql: Sql,
   box: SecretBox,
   id: string,
-  settings: { callbackUrl: string; webhookSecret: string | null },
+  settings: {
+    callbackUrl?: string;
+    sandboxCallbackUrl?: string | null;
+    webhookSecret: string | null;
+  },
 ): Promise<Tenant | null> {
   const sealed = settings.webhookSecret === null
     ? null
     : await box.seal("webhook-secret", id, settings.webhookSecret);
+  const keepSandbox = settings.sandboxCallbackUrl === undefined;
   const [row] = await sql`
     UPDATE tenants
-    SET callback_url = ${settings.callbackUrl},
+    SET callback_url = COALESCE(${settings.callbackUrl ?? null}, callback_url),
+        sandbox_callback_url = CASE WHEN ${keepSandbox} THEN sandbox_callback_url
+                                    ELSE ${settings.sandboxCallbackUrl ?? null} END,
         webhook_secret_sealed = COALESCE(${sealed}, webhook_secret_sealed),
         -- A secret set here replaces the old one at once; rotate-secret is the gentle way.
         previous_webhook_secret_sealed = CASE
@@ -99,6 +116,30 @@ export async function setTenantCallback(
         updated_at = now()
     WHERE id = ${id}
     RETURNING *`;
+  return row ? toTenant(row) : null;
+}
+
+/** Sets the tenant's event filter (null: every event); null when the tenant does not exist. */
+export async function setTenantEvents(
+  sql: Sql,
+  id: string,
+  events: string[] | null,
+): Promise<Tenant | null> {
+  const [row] = await sql`
+    UPDATE tenants SET event_filter = ${events}::text[], updated_at = now()
+    WHERE id = ${id} RETURNING *`;
+  return row ? toTenant(row) : null;
+}
+
+/** Turns the store B state fetch on or off; null when the tenant does not exist. */
+export async function setTenantStorebStateFetch(
+  sql: Sql,
+  id: string,
+  on: boolean,
+): Promise<Tenant | null> {
+  const [row] = await sql`
+    UPDATE tenants SET storeb_state_fetch = ${on}, updated_at = now()
+    WHERE id = ${id} RETURNING *`;
   return row ? toTenant(row) : null;
 }
 
@@ -121,11 +162,20 @@ export interface SealedTarget {
   sealedSecrets: string[];
 }
 
-/** The columns {@linkcode sealedTargetOf} reads, of the tenant aliased `t` in the statement. */
-export function sealedTargetColumns(sql: Sql) {
-  return sql`t.active, t.callback_url, t.webhook_secret_sealed,
+/**
+ * The columns {@linkcode sealedTargetOf} reads, of the tenant aliased `t` in the statement, for a
+ * delivery whose `sandbox` flag is the given expression: a Sandbox notification goes to the
+ * sandbox callback URL when the tenant has one (docs/operations.md, "Routing deliveries").
+ */
+export function sealedTargetColumns(sql: Sql, sandbox: postgres.Fragment) {
+  return sql`t.active, ${routedCallbackUrl(sql, sandbox)} AS callback_url, t.webhook_secret_sealed,
              CASE WHEN t.previous_webhook_secret_expires_at > now()
                   THEN t.previous_webhook_secret_sealed END AS previous_sealed`;
+}
+
+/** The URL a delivery of the tenant aliased `t` goes to: see {@linkcode sealedTargetColumns}. */
+export function routedCallbackUrl(sql: Sql, sandbox: postgres.Fragment) {
+  return sql`COALESCE(CASE WHEN ${sandbox} THEN t.sandbox_callback_url END, t.callback_url)`;
 }
 
 /** The target in a row that selected {@linkcode sealedTargetColumns}. */

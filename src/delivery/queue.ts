@@ -171,7 +171,7 @@ function claimUpdate(sql: Sql, claim: Claim) {
     FROM chosen, events e, tenants t
     WHERE d.id = chosen.id AND e.id = d.event_id AND t.id = d.tenant_id
     RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at,
-              ${sealedTargetColumns(sql)}`;
+              ${sealedTargetColumns(sql, sql`d.sandbox`)}`;
 }
 
 function claimedDelivery(row: postgres.Row): ClaimedDelivery {

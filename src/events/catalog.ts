@@ -99,6 +99,40 @@ const STOREB_ONE_TIME_EVENTS: Record<number, string> = {
   2: "product.canceled", // ONE_TIME_PRODUCT_CANCELED
 };
 
+/**
+ * Every unified event name a delivery can carry (docs/events.md): what an event filter may name.
+ * `tests/events_catalog_test.ts` checks that the tables above name no other.
+ */
+export const UNIFIED_EVENTS: readonly string[] = [
+  "subscription.purchased",
+  "subscription.renewed",
+  "subscription.recovered",
+  "subscription.in_grace_period",
+  "subscription.on_hold",
+  "subscription.grace_period_expired",
+  "subscription.canceled",
+  "subscription.uncanceled",
+  "subscription.product_changed",
+  "subscription.offer_redeemed",
+  "subscription.price_increase",
+  "subscription.extended",
+  "subscription.extension_summary",
+  "subscription.expired",
+  "subscription.revoked",
+  "subscription.paused",
+  "subscription.pause_schedule_changed",
+  "subscription.pending_purchase_canceled",
+  "product.purchased",
+  "product.canceled",
+  "product.revoked",
+  "refund.issued",
+  "refund.declined",
+  "refund.reversed",
+  "refund.consumption_requested",
+  "test",
+  "unknown",
+];
+
 /** The notification types the tables name; see {@linkcode namedNotificationTypes}. */
 export interface NamedNotificationTypes {
   /** Store A `notificationType` values (some name an event only with a subtype). */

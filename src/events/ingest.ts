@@ -3,9 +3,12 @@
  * statement (so one transaction) before the receiver answers 200, so an acknowledged notification
  * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
  */
+import type postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
+import { routedCallbackUrl } from "../db/tenants.ts";
 import { newId } from "../ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
+import { eventFilterMatch } from "./filter.ts";
 import { serializePayload } from "./payload.ts";
 
 /** Where a notification came from: the delivery's `source`. */
@@ -22,6 +25,11 @@ export interface VerifiedNotification {
   data: unknown;
   /** The original decoded JWS payload, or the push envelope. */
   raw: unknown;
+  /**
+   * A store A Sandbox notification: its delivery goes to the tenant's sandbox callback URL when
+   * there is one (docs/operations.md, "Routing deliveries").
+   */
+  sandbox?: boolean;
 }
 
 /** The receiver's 200 answer, plus the delivery created (null for a duplicate). */
@@ -43,10 +51,42 @@ export interface Receipt {
 export const NO_CALLBACK_ERROR =
   "no callback URL was configured when the event arrived; set one, then run deliveries retry";
 
+/** Why a delivery was stored as failed at once: the tenant's event filter leaves its event out. */
+export const FILTERED_OUT_ERROR =
+  "the tenant's event filter did not include this event when it arrived (tenant set-events); " +
+  "deliveries retry sends it anyway";
+
+/**
+ * Where a new delivery of the tenant aliased `t` goes, and whether it is wanted, as a lateral
+ * subquery `route(url, wanted)`: its routed callback URL (null: nowhere) and whether the
+ * tenant's event filter lets `event` through.
+ */
+export function deliveryRoute(
+  sql: Sql,
+  row: { event: postgres.Fragment; sandbox: postgres.Fragment },
+) {
+  return sql`CROSS JOIN LATERAL (
+    SELECT ${routedCallbackUrl(sql, row.sandbox)} AS url,
+           ${eventFilterMatch(sql, row.event)} AS wanted
+  ) route`;
+}
+
+/**
+ * A new delivery's status, first due time and error, from its `route` ({@linkcode deliveryRoute}):
+ * pending when it has somewhere to go and is wanted, else failed at once with the reason.
+ */
+export function newDeliveryState(sql: Sql, receivedAt: postgres.Fragment) {
+  return sql`
+    CASE WHEN route.url IS NOT NULL AND route.wanted THEN 'pending' ELSE 'failed' END,
+    CASE WHEN route.url IS NOT NULL AND route.wanted THEN ${receivedAt} END,
+    CASE WHEN route.url IS NULL THEN ${NO_CALLBACK_ERROR}
+         WHEN NOT route.wanted THEN ${FILTERED_OUT_ERROR} END`;
+}
+
 /**
  * Stores `notification` as an event with its delivery, or finds the event it duplicates.
- * A tenant without a callback URL still gets its event and a delivery, stored `failed` so that
- * `deliveries retry` can send it once a callback is set.
+ * A tenant without a callback URL, or whose event filter leaves the event out, still gets its
+ * event and a delivery, stored `failed` so that `deliveries retry` can send it later.
  */
 export async function ingestNotification(
   sql: Sql,
@@ -86,6 +126,7 @@ export function prepareIngest(notification: VerifiedNotification): PreparedInges
 export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promise<Receipt> {
   const { eventId, deliveryId, receivedAt, payload } = prepared;
   const { tenantId, source, externalId, entry } = prepared.notification;
+  const sandbox = prepared.notification.sandbox === true;
   // One statement, so one atomic transaction without a client-side BEGIN: npm:postgres 3.4.9
   // can send a BEGIN without reserving its connection under load (porsager/postgres#1189).
   const [stored] = await sql`
@@ -97,12 +138,12 @@ export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promis
       ON CONFLICT (tenant_id, source, external_id) DO NOTHING
       RETURNING id, tenant_id
     ), delivery AS (
-      INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error)
-      SELECT ${deliveryId}, event.id, event.tenant_id,
-             CASE WHEN t.callback_url IS NULL THEN 'failed' ELSE 'pending' END,
-             CASE WHEN t.callback_url IS NULL THEN NULL ELSE ${receivedAt}::timestamptz END,
-             CASE WHEN t.callback_url IS NULL THEN ${NO_CALLBACK_ERROR} END
+      INSERT INTO deliveries (id, event_id, tenant_id, sandbox, status, next_attempt_at,
+                              last_error)
+      SELECT ${deliveryId}, event.id, event.tenant_id, ${sandbox},
+             ${newDeliveryState(sql, sql`${receivedAt}::timestamptz`)}
       FROM event JOIN tenants t ON t.id = event.tenant_id
+      ${deliveryRoute(sql, { event: sql`${entry.event}::text`, sandbox: sql`${sandbox}` })}
       RETURNING status
     )
     SELECT (SELECT status FROM delivery) AS status`;

@@ -24,9 +24,10 @@ import {
   sealedTargetOf,
 } from "../db/tenants.ts";
 import {
+  deliveryRoute,
   duplicateReceipt,
   ingestPrepared,
-  NO_CALLBACK_ERROR,
+  newDeliveryState,
   type PreparedIngest,
   prepareIngest,
   type Receipt,
@@ -267,23 +268,24 @@ export class IngestBatcher {
       String(ord),
       // 0: not reserved (the values of a VALUES list cannot be null here).
       String(rankOf[ord] ?? 0),
+      p.notification.sandbox === true ? "1" : "0",
     ]);
     if (sql.options.prepare) {
       // A client that prepares its statements makes one per VALUES length, each planned afresh at
       // its first runs: padded to a power of two, a connection keeps nine plans, not 256
       // (docs/architecture.md, "Group-commit ingest"). Blank rows are skipped by their empty id;
       // every value stays a string, so the parameter types, part of the statement's name, stay.
-      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0"];
+      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0"];
       while (values.length & (values.length - 1)) values.push(blank);
     }
     const stored = await sql`
       WITH input AS (
         SELECT id, tenant_id, source, external_id, event, platform_event, payload,
                received_at::timestamptz AS received_at, delivery_id, ord::int AS ord,
-               hand_rank::int AS hand_rank
+               hand_rank::int AS hand_rank, sandbox = '1' AS sandbox
         FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
                                           platform_event, payload, received_at, delivery_id, ord,
-                                          hand_rank)
+                                          hand_rank, sandbox)
         WHERE id <> ''
       ), event AS (
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
@@ -293,21 +295,20 @@ export class IngestBatcher {
         ON CONFLICT (tenant_id, source, external_id) DO NOTHING
         RETURNING id, tenant_id
       ), delivery AS (
-        INSERT INTO deliveries (id, event_id, tenant_id, status, next_attempt_at, last_error,
-                                lease_owner, lease_expires_at)
-        SELECT input.delivery_id, event.id, event.tenant_id,
-               CASE WHEN t.callback_url IS NULL THEN 'failed' ELSE 'pending' END,
-               CASE WHEN t.callback_url IS NULL THEN NULL ELSE input.received_at END,
-               CASE WHEN t.callback_url IS NULL THEN ${NO_CALLBACK_ERROR} END,
+        INSERT INTO deliveries (id, event_id, tenant_id, sandbox, status, next_attempt_at,
+                                last_error, lease_owner, lease_expires_at)
+        SELECT input.delivery_id, event.id, event.tenant_id, input.sandbox,
+               ${newDeliveryState(sql, sql`input.received_at`)},
                CASE WHEN hand.over THEN ${handOver?.owner ?? null}::text END,
                CASE WHEN hand.over
                     THEN now() + ${handOver?.leaseMs ?? 0} * interval '1 millisecond' END
         FROM event JOIN input ON input.id = event.id JOIN tenants t ON t.id = event.tenant_id
+        ${deliveryRoute(sql, { event: sql`input.event`, sandbox: sql`input.sandbox` })}
         -- The statement's snapshot does not see the rows it inserts: the leases and the waiting
         -- deliveries counted here are those committed before it (see DeliveryHandOver).
         CROSS JOIN LATERAL (
           SELECT input.hand_rank > 0
-             AND t.active AND t.callback_url IS NOT NULL
+             AND t.active AND route.url IS NOT NULL AND route.wanted
              AND t.delivery_failure_streak = 0
              AND input.hand_rank + ${leasesHeld(sql, cap)} <= ${cap}
              -- No delivery of the tenant waits: an ordered probe of the pending index, which stops
@@ -321,9 +322,9 @@ export class IngestBatcher {
                   ORDER BY w.next_attempt_at
                   LIMIT 1) IS NULL AS over
         ) hand
-        RETURNING event_id, tenant_id, status, lease_owner IS NOT NULL AS handed
+        RETURNING event_id, tenant_id, sandbox, status, lease_owner IS NOT NULL AS handed
       )
-      SELECT d.event_id, d.status, d.handed, ${sealedTargetColumns(sql)}
+      SELECT d.event_id, d.status, d.handed, ${sealedTargetColumns(sql, sql`d.sandbox`)}
       FROM delivery d JOIN tenants t ON t.id = d.tenant_id`;
     this.batches++;
     this.rows += rows.length;

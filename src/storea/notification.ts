@@ -55,6 +55,8 @@ export interface VerifiedStoreaNotification {
   transaction: Record<string, unknown> | null;
   /** The decoded nested `signedRenewalInfo`, or null. */
   renewal: Record<string, unknown> | null;
+  /** `data.environment` (or the summary's): `Production` or `Sandbox`; null when absent. */
+  environment: string | null;
 }
 
 /**
@@ -109,7 +111,13 @@ export async function verifyStoreaNotification(
   if (typeof uuid !== "string" || uuid.length === 0 || uuid.length > 200) {
     throw invalidRequest("the signed payload has no notificationUUID");
   }
-  return { payload, notificationUUID: uuid, transaction, renewal };
+  return {
+    payload,
+    notificationUUID: uuid,
+    transaction,
+    renewal,
+    environment: typeof environment === "string" ? environment : null,
+  };
 }
 
 async function verified(
