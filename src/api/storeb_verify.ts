@@ -19,8 +19,8 @@ export const storebVerifyRequest = z.strictObject({
   productId: pathSegmentField(1, 200),
   purchaseToken: pathSegmentField(1, 4096),
   type: z.enum(["subscription", "product"]),
-  // Acknowledge a paid purchase before answering (docs/integration.md, "Store B: acknowledging
-  // purchases").
+  // Acknowledge a paid purchase before answering
+  // (docs/integration.md, "Store B: acknowledging purchases").
   acknowledge: z.boolean().optional(),
 });
 

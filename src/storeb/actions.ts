@@ -6,7 +6,7 @@
  * done it yet: Google does not document its answer to a repeated acknowledge or consume, so the
  * read is what makes a repeated request answer `alreadyAcknowledged` / `alreadyConsumed`.
  *
- * A write is never retried blindly (docs/architecture.md, "Which store B calls are retried"):
+ * A write is never retried blindly (docs/architecture.md, "Retrying store B calls"):
  * when its answer is lost (a timeout, a dropped connection, a 5xx) the purchase is read again to
  * learn whether the write took effect, and the write is sent once more only when it did not.
  */

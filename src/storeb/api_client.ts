@@ -4,7 +4,7 @@
  * failure, and one with a fresh token after a 401, all under one deadline; and the writes of the
  * store actions (acknowledge, consume), which are retried here only after a 401, when Google
  * certainly did nothing. Whether a write whose answer was lost took effect is the caller's
- * question (docs/architecture.md, "Which store B calls are retried").
+ * question (docs/architecture.md, "Retrying store B calls").
  */
 import { timeoutSignal } from "../abort.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";

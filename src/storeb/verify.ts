@@ -144,7 +144,10 @@ export class StorebVerifier {
     };
   }
 
-  /** Acknowledges a purchase unless it already is (docs/integration.md). */
+  /**
+   * Acknowledges a purchase unless it already is
+   * (docs/integration.md, "Store B: acknowledging purchases").
+   */
   acknowledge(
     credentials: StorebCredentials,
     request: StorebAcknowledgeInput,
@@ -158,7 +161,10 @@ export class StorebVerifier {
     );
   }
 
-  /** Consumes a one-time product purchase unless it already is (docs/integration.md). */
+  /**
+   * Consumes a one-time product purchase unless it already is
+   * (docs/integration.md, "Store B: acknowledging purchases").
+   */
   consume(
     credentials: StorebCredentials,
     request: StorebConsumeInput,
