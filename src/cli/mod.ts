@@ -55,6 +55,7 @@ import { createKey, listKeys, revokeKey } from "./key.ts";
 import { setStoreaCredentials, setStorebCredentials } from "./credentials.ts";
 import { listAllDeliveries, retryDeliveries, showDelivery } from "./deliveries.ts";
 import { testWebhook } from "./webhook.ts";
+import { testStoreaNotification } from "./storea_test_notification.ts";
 import { lookupAudit } from "./audit.ts";
 import { triggerNotification } from "./trigger.ts";
 import { runRetention } from "./retention.ts";
@@ -364,6 +365,26 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         description:
           "Sends a signed test event (`event` `test`, `platformEvent` `service.test`, `source` `service`) from the CLI straight to the callback URL, exactly as a delivery is sent, and stores nothing. Prints `{tenantId, callbackUrl, eventId, delivered, responseCode, responseBody, networkError, durationMs}`; when the answer is not 2xx it exits 1 with `WEBHOOK_TEST_FAILED` and the same fields, `networkError` saying why no answer came.",
         run: testWebhook,
+      },
+      {
+        words: ["storea", "test-notification"],
+        summary: "ask the App Store for a test notification and follow it to the tenant",
+        options: {
+          tenant: { value: "ID", summary: "the tenant whose app is tested", required: true },
+          environment: {
+            value: "production|sandbox",
+            summary: "the App Store environment; default the tenant's, production for auto",
+            choices: ["production", "sandbox"],
+          },
+          wait: {
+            value: "DURATION",
+            summary: "how long to wait for the App Store's attempt, up to 10m",
+            default: "60s",
+          },
+        },
+        description:
+          "Checks the whole chain, App Store -> service -> tenant: asks the App Store (Request a Test Notification, with the tenant's key) to send a TEST notification to the app's notification URL, polls its status until Apple reports an attempt (at most --wait), verifies the payload Apple reports, and looks for it in this service's events and for its delivery. Prints `{tenantId, environment, testNotificationToken, sendAttempts: [{attemptDate, sendAttemptResult}], received, eventId, delivery}`: `received` is true when this service stored that notification for the tenant, `delivery` its delivery's `{status, responseCode}` once the first attempt is recorded (null without a callback URL). Exits 0 when Apple reached the service and the delivery, if any, succeeded; otherwise 1 with the same fields, `failedHop` (`app_store_api`, `app_store`, `app_store_to_service`, `service` or `service_to_tenant`) and a code saying what failed (docs/operations.md, \"Checking the notification chain\").",
+        run: testStoreaNotification,
       },
     ],
   },
