@@ -76,12 +76,13 @@ async function launch(args: string[]): Promise<number> {
   if (serving) {
     // The task runner in front of this script can be killed alone (`kill -9` of its pid, a
     // harness's `child.kill("SIGKILL")`), which leaves this script running with a new parent.
-    // That is the runner's stop, passed on as the SIGTERM it would have passed on itself.
+    // That is the runner's stop, passed on as the SIGTERM it would have passed on itself; a stop
+    // already passed on stays the only one (a second signal would cut the drain short).
     const parent = Deno.ppid;
     const orphaned = setInterval(() => {
       if (Deno.ppid === parent) return;
       clearInterval(orphaned);
-      forward("SIGTERM");
+      if (lastForwarded.size === 0) forward("SIGTERM");
     }, PARENT_CHECK_MS);
     Deno.unrefTimer(orphaned);
   }

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { freshDatabase, TEST_ENCRYPTION_KEY } from "./helpers/service.ts";
+import { freshDatabase, runCli, TEST_ENCRYPTION_KEY } from "./helpers/service.ts";
 import { freePort } from "./helpers/local_servers.ts";
 import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
 import { LAUNCHER_GREETING, launcherGone } from "../src/launcher_pipe.ts";
@@ -50,6 +50,17 @@ async function childrenOf(pid: number): Promise<number[]> {
 async function running(pid: number): Promise<boolean> {
   const state = (await output("ps", ["-o", "stat=", "-p", String(pid)])).trim();
   return state !== "" && !state.startsWith("Z");
+}
+
+/** Waits up to `timeoutMs` for every process of `pids` to end; the ones still running. */
+async function stillRunning(pids: number[], timeoutMs: number): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  while (true) {
+    const left = [];
+    for (const pid of pids) if (await running(pid)) left.push(pid);
+    if (left.length === 0 || Date.now() > deadline) return left;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** The `main.ts serve` process under the task's launcher. */
@@ -130,11 +141,11 @@ Deno.test("launcher: a SIGKILL of deno task start's group ends the service; a ne
     // The supervisor's stop timeout, a test harness, kill -9: the task and its launcher vanish.
     Deno.kill(-first.child.pid, "SIGKILL");
     assert.equal((await first.child.status).signal, "SIGKILL");
-    const deadline = Date.now() + 10_000;
-    while (await running(servicePid) && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    assert.ok(!await running(servicePid), `the service still runs 10 s on\n${first.output()}`);
+    assert.deepEqual(
+      await stillRunning([servicePid], 10_000),
+      [],
+      `the service still runs 10 s on\n${first.output()}`,
+    );
     await first.drained;
     // It drained as on SIGTERM, and said why.
     const shutdowns = first.lines().filter((line) => line.msg === "shutdown");
@@ -186,14 +197,89 @@ Deno.test("launcher: a SIGKILL of the task runner alone ends the launcher and th
     // A harness that stops its child with SIGKILL: only the runner's own pid gets it.
     task.child.kill("SIGKILL");
     await task.child.status;
-    const deadline = Date.now() + 10_000;
-    while ((await Promise.all(left.map(running))).some((r) => r) && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    for (const pid of left) assert.ok(!await running(pid), `${pid} still runs\n${task.output()}`);
+    assert.deepEqual(await stillRunning(left, 10_000), [], `10 s on\n${task.output()}`);
     await task.drained;
     const shutdowns = task.lines().filter((line) => line.msg === "shutdown");
     assert.deepEqual(shutdowns.map(({ signal }) => signal), ["SIGTERM"]);
+  } finally {
+    for (const pid of left) if (await running(pid)) Deno.kill(pid, "SIGKILL");
+    try {
+      task.child.kill("SIGKILL");
+    } catch {
+      // gone
+    }
+    await task.child.status;
+    await task.drained;
+    await db.drop();
+  }
+});
+
+Deno.test("launcher: a SIGKILL of the task runner during the drain does not cut it short", async () => {
+  const db = await freshDatabase();
+  const port = freePort();
+  const env = {
+    ...db.env,
+    NODE_ENV: "test",
+    ENCRYPTION_KEY: TEST_ENCRYPTION_KEY,
+    HOST: "127.0.0.1",
+    PORT: String(port),
+  };
+  const url = `http://127.0.0.1:${port}`;
+  const task = startTask(env, { ownGroup: false });
+  const left: number[] = [];
+  try {
+    await waitFor200(`${url}/ready`, 60_000, task.child.status);
+    left.push(...await childrenOf(task.child.pid), await serviceUnder(task.child.pid));
+    const tenant = await runCli(["tenant", "create", "--name", "Drain"], env);
+    const key = await runCli(["key", "create", tenant.json.id, "--env", "test"], env);
+    assert.equal(key.code, 0, key.stderr);
+    // A body that arrives slowly keeps a request in flight through the drain.
+    let push!: (chunk: Uint8Array) => void;
+    let end!: () => void;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        // The request may be gone, cut by the defect under test: its response says so.
+        push = (chunk) => {
+          try {
+            controller.enqueue(chunk);
+          } catch { /* cut */ }
+        };
+        end = () => {
+          try {
+            controller.close();
+          } catch { /* cut */ }
+        };
+      },
+    });
+    const pending = fetch(`${url}/v1/storea/verify`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key.json.key}`, "content-type": "application/json" },
+      body,
+    });
+    pending.catch(() => {}); // awaited below, once the drain is under way
+    push(new TextEncoder().encode('{"transactionId":'));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+
+    // A supervisor's stop: SIGTERM, then SIGKILL when the drain outlasts its patience.
+    task.child.kill("SIGTERM");
+    while (!task.lines().some((line) => line.msg === "shutdown")) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // Later than the launcher's window for a signal delivered twice.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    task.child.kill("SIGKILL");
+    await task.child.status;
+    // Past the launcher's check of its parent.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    push(new TextEncoder().encode('"1"}'));
+    end();
+    const response = await pending.catch((error) => {
+      throw new assert.AssertionError({ message: `the request in flight was cut: ${error}` });
+    });
+    assert.equal(response.status, 400, await response.text());
+    await task.drained;
+    assert.equal(task.lines().filter((line) => line.msg === "shutdown").length, 1);
+    assert.deepEqual(await stillRunning(left, 10_000), [], task.output());
   } finally {
     for (const pid of left) if (await running(pid)) Deno.kill(pid, "SIGKILL");
     try {
