@@ -551,6 +551,32 @@ Deno.test("store A gateway: subscriptions, history and consumption against the s
       assert.equal(foreign.json.error, "BUNDLE_ID_MISMATCH");
     });
 
+    await t.step(
+      "history: a transaction signed by an untrusted chain is never used: 502",
+      async () => {
+        const stranger = new StoreaSigner(await createStoreaTestPki(), { bundleId: BUNDLE_ID });
+        const forged = await stranger.signTransaction(
+          stranger.sampleTransaction({ transactionId: erinIds[0] }),
+        );
+        const trusted = erin[1];
+        api.script("production", {
+          status: 200,
+          operation: "history",
+          body: {
+            revision: "r1",
+            hasMore: false,
+            bundleId: BUNDLE_ID,
+            environment: "Production",
+            signedTransactions: [await signer.signTransaction(trusted), forged],
+          },
+        });
+        const { status, json } = await history({});
+        assert.equal(status, 502);
+        assert.equal(json.error, "APPLE_API_ERROR");
+        assert.match(json.message, /signedTransactionInfo did not verify/);
+      },
+    );
+
     const consumption = (body: Record<string, unknown>) =>
       auto.post("/v1/storea/consumption", {
         transactionId: consumable.payload.transactionId,
