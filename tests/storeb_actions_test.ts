@@ -621,6 +621,13 @@ Deno.test("storeb actions: acknowledge, consume and verify+acknowledge through a
         true,
       );
       assert.equal(callsAbout(play, grace).acknowledges, 1);
+      // Canceled but still within its paid period: paid, or Google refunds it after 3 days.
+      const canceled = subscription({ subscriptionState: "SUBSCRIPTION_STATE_CANCELED" });
+      assert.equal(
+        (await verify({ ...subscriptionBody(canceled), acknowledge: true })).body.acknowledged,
+        true,
+      );
+      assert.equal(callsAbout(play, canceled).acknowledges, 1);
     });
 
     await step("verify acknowledge:true on an acknowledged purchase: no write", async () => {

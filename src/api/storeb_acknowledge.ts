@@ -52,6 +52,7 @@ export function storebAcknowledgeHandler(deps: StorebVerifyDeps): Handler {
 
 /** An admitted store action request: who asked, and about which purchase. */
 export interface AdmittedAction {
+  reqId: string;
   tenantId: string;
   keyId: string;
   body: { packageName: string; productId: string; purchaseToken: string };
@@ -90,6 +91,7 @@ export async function runStorebAction<T extends { valid: boolean; error?: string
   ].join("\0");
   const log = (outcome: string) =>
     logStoreAction(deps.log, {
+      reqId: admitted.reqId,
       tenantId,
       keyId,
       store: "storeb",

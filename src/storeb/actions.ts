@@ -84,7 +84,10 @@ export class ActionBudget {
 export interface PurchaseState {
   /** Payment not completed: it can be neither acknowledged nor consumed yet. */
   pending: boolean;
-  /** Paid: a product purchased, a subscription active or in its grace period. */
+  /**
+   * Paid: a product purchased; a subscription active, in its grace period, or canceled but still
+   * within the period paid for (Google refunds it too if it is not acknowledged).
+   */
   paid: boolean;
   /** Acknowledged, or (a product) consumed, which acknowledges it too. */
   acknowledged: boolean;
@@ -98,7 +101,10 @@ export function purchaseStateOf(purchase: SubscriptionPurchase | ProductPurchase
     const state = purchase.rawResponse.subscriptionState;
     return {
       pending: state === "SUBSCRIPTION_STATE_PENDING",
-      paid: state === "SUBSCRIPTION_STATE_ACTIVE" || state === "SUBSCRIPTION_STATE_IN_GRACE_PERIOD",
+      paid: state === "SUBSCRIPTION_STATE_ACTIVE" ||
+        state === "SUBSCRIPTION_STATE_IN_GRACE_PERIOD" ||
+        (state === "SUBSCRIPTION_STATE_CANCELED" &&
+          Date.parse(purchase.expiryTime ?? "") > Date.now()),
       acknowledged: purchase.acknowledgementState === 1,
       consumed: false,
     };
