@@ -70,6 +70,8 @@ export type Store = keyof TenantCredentials;
 
 /** An authenticated, rate-limited, validated verify request with its store's credentials. */
 export interface AdmittedRequest<T, S extends Store> {
+  /** The request's id, for its log lines. */
+  reqId: string;
   tenantId: string;
   /** The id of the API key that authenticated it (for the logs of store actions). */
   keyId: string;
@@ -98,6 +100,7 @@ export async function admitVerifyRequest<T, S extends Store>(
   const credentials = (await deps.credentialsOf(owner.tenantId))[store];
   if (credentials === null) throw credentialsMissing(store);
   return {
+    reqId: context.reqId,
     tenantId: owner.tenantId,
     keyId: owner.keyId,
     body,
@@ -173,6 +176,8 @@ async function verifyAndRecord<T extends VerifyOutcomeSummary>(
 
 /** One change made at a store on a tenant's behalf (acknowledge, consume, consumption info). */
 export interface StoreAction {
+  /** The request that asked for it. */
+  reqId?: string;
   tenantId: string;
   keyId: string;
   store: Store;
