@@ -9,6 +9,7 @@ import { join } from "node:path";
 import {
   createTenantWithKey,
   databaseOf,
+  runCli,
   type RunningService,
   startService,
   stopAndDrop,
@@ -207,6 +208,23 @@ Deno.test("storea test-notification follows App Store -> service -> tenant", asy
       assert.equal(code, 0, stderr);
       assert.equal(json.received, true);
       assert.equal(json.delivery, null);
+    });
+
+    await t.step("roots it cannot use stop it before Apple is asked to send", async () => {
+      const garbage = join(dir, "garbage.pem");
+      await Deno.writeTextFile(
+        garbage,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+      );
+      const calls = api.requests.length;
+      const { code, json } = await runCli(
+        ["storea", "test-notification", "--tenant", tenantId],
+        { ...service.env, STOREA_ROOT_CERTS: garbage },
+      );
+      assert.equal(code, 1);
+      assert.equal(json.error, "CONFIG_INVALID");
+      assert.match(json.message, /STOREA_ROOT_CERTS/);
+      assert.equal(api.requests.length, calls);
     });
 
     await t.step("bad usage and a tenant without store A credentials", async () => {

@@ -7,7 +7,7 @@
  * for its delivery to the tenant's callback URL.
  * @module
  */
-import { parseDuration } from "../config.ts";
+import { ConfigError, parseDuration } from "../config.ts";
 import { RelayError, ServiceError } from "../errors.ts";
 import type { Database } from "../db/connect.ts";
 import { loadCredentials, type StoreaCredentials } from "../db/credentials.ts";
@@ -94,6 +94,8 @@ export async function testStoreaNotification(
     eventId: null,
     delivery: null,
   };
+  // Before Apple is asked to send anything: a root or engine that cannot be used stops here.
+  const jws = await payloadVerifier(config.storeaRootCerts, config.cryptoEngine);
   const client = new StoreaApiClient({
     productionUrl: config.storeaApiUrlProduction,
     sandboxUrl: config.storeaApiUrlSandbox,
@@ -122,10 +124,7 @@ export async function testStoreaNotification(
       `the App Store made no attempt to send the test notification within ${options.wait}`,
     );
   }
-  const uuid = await apiStep(
-    report,
-    () => notificationUuid(config.storeaRootCerts, config.cryptoEngine, status!, credentials),
-  );
+  const uuid = await apiStep(report, () => notificationUuid(jws, status!, credentials));
   report.eventId = await storedEvent(db, tenantId, uuid);
   report.received = report.eventId !== null;
   if (!report.sendAttempts.some((a) => a.sendAttemptResult === "SUCCESS")) {
@@ -204,19 +203,35 @@ async function waitForAttempt(
 }
 
 /**
+ * The verifier of the payload Apple reports: the roots and engine the service uses
+ * (`STOREA_ROOT_CERTS`, `CRYPTO_ENGINE`), so that it verifies as the receiver does.
+ * @throws {ConfigError} when `STOREA_ROOT_CERTS` cannot be read, as the service refuses to boot.
+ */
+async function payloadVerifier(
+  rootPaths: string[],
+  engine: Parameters<typeof selectEs256Engine>[0],
+): Promise<StoreaJwsVerifier> {
+  let rootCertificates: Uint8Array[] = [];
+  if (rootPaths.length > 0) {
+    try {
+      rootCertificates = await readRootCertificates(rootPaths);
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new ConfigError("STOREA_ROOT_CERTS", `cannot be used: ${reason}`);
+    }
+  }
+  return new StoreaJwsVerifier({ rootCertificates, engine: await selectEs256Engine(engine) });
+}
+
+/**
  * The `notificationUUID` of the TEST notification Apple reports, once its signature, chain and
  * bundle verified as the receiver verifies them: it is the `external_id` the receiver stored.
  */
 async function notificationUuid(
-  rootPaths: string[],
-  engine: Parameters<typeof selectEs256Engine>[0],
+  jws: StoreaJwsVerifier,
   status: TestNotificationStatus,
   credentials: StoreaCredentials,
 ): Promise<string> {
-  const jws = new StoreaJwsVerifier({
-    rootCertificates: rootPaths.length === 0 ? [] : await readRootCertificates(rootPaths),
-    engine: await selectEs256Engine(engine),
-  });
   try {
     const verified = await verifyStoreaNotification(jws, status.signedPayload, credentials, {
       via: "store-history",

@@ -6,12 +6,7 @@
  * twice is retried once when Apple says to try again (5xx, errorCode 5000001) or the connection
  * broke, within the caller's deadline (docs/architecture.md, "Retrying store A calls").
  */
-import {
-  rateLimited,
-  RelayError,
-  ServiceError,
-  UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
-} from "../errors.ts";
+import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 import { objectOrNull } from "../json.ts";
@@ -66,14 +61,18 @@ export interface StoreaApiClientOptions {
   tokens: StoreaTokenSigner;
 }
 
-/** An answer worth one more try. */
-class RetryableAnswer extends RelayError {
+/**
+ * An answer worth one more try: a signal inside the client, which always turns it into 502
+ * `APPLE_API_ERROR` before it leaves, so it has no code of its own.
+ */
+class RetryableAnswer extends Error {
   constructor(
     readonly status: number | null,
     readonly upstreamCode: number | null,
     cause?: unknown,
   ) {
-    super("UPSTREAM_RETRYABLE", status === null ? "network error" : `status ${status}`, { cause });
+    super(status === null ? "network error" : `status ${status}`, { cause });
+    this.name = "RetryableAnswer";
   }
 }
 
