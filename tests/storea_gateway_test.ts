@@ -587,7 +587,7 @@ Deno.test("store A gateway: subscriptions, history and consumption against the s
       });
 
     await t.step("consumption: Apple's 202 is sent: true, logged as a store action", async () => {
-      const { status, json } = await consumption({
+      const { status, headers, json } = await consumption({
         consumptionPercentage: 25_000,
         refundPreference: "GRANT_PRORATED",
       });
@@ -620,6 +620,8 @@ Deno.test("store A gateway: subscriptions, history and consumption against the s
       assert.equal(line.store, "storea");
       assert.equal(line.action, "consumption");
       assert.equal(line.outcome, "sent");
+      // Beside its request's http_request line.
+      assert.equal(line.reqId, headers.get("x-request-id"));
     });
 
     await t.step(

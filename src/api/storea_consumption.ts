@@ -60,13 +60,18 @@ export type StoreaConsumptionRequest = z.infer<typeof storeaConsumptionRequest>;
 /** Answers `POST /v1/storea/consumption`. */
 export function storeaConsumptionHandler(deps: StoreaVerifyDeps): Handler {
   return async (request, context) => {
-    const { tenantId, keyId, body, credentials } = await admitVerifyRequest(request, context, {
-      deps,
-      store: "storea",
-      schema: storeaConsumptionRequest,
-    });
+    const { reqId, tenantId, keyId, body, credentials } = await admitVerifyRequest(
+      request,
+      context,
+      {
+        deps,
+        store: "storea",
+        schema: storeaConsumptionRequest,
+      },
+    );
     const { transactionId, environment, ...fields } = body;
     const action = {
+      reqId,
       tenantId,
       keyId,
       store: "storea" as const,
