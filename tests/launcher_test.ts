@@ -114,8 +114,11 @@ function startTask(env: Record<string, string>, options: { ownGroup: boolean }) 
   return {
     child,
     drained,
+    // Whole lines only: the last one may still be on its way.
     lines: () =>
-      stdout.split("\n").filter((line) => line.startsWith("{")).map((l) => JSON.parse(l)),
+      stdout.split("\n").slice(0, -1).filter((line) => line.startsWith("{")).map((line) =>
+        JSON.parse(line)
+      ),
     output: () => `${stdout}\n${stderr}`.slice(-4000),
   };
 }
