@@ -88,6 +88,11 @@ const AUDIENCE = "https://relay.example.com/push"; // storebCredentialArgs' push
 const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
 const OTHER_KEY = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
 
+/** The operations a tenant's backend calls with its API key: verify, store lookups and actions. */
+const API_KEY_OPERATIONS = ENDPOINTS.filter((e) => e.auth === "api-key").map((e) =>
+  `${e.method} ${e.pattern}`
+);
+
 /** The error codes of every operation and status, as the docs list them. */
 const SPEC_CODES: Record<string, Record<string, string[]>> = {
   "POST /v1/storea/verify": {
@@ -100,6 +105,46 @@ const SPEC_CODES: Record<string, Record<string, string[]>> = {
   },
   "POST /v1/storeb/verify": {
     "200": ["PURCHASE_NOT_FOUND", "PACKAGE_NAME_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["GOOGLE_API_ERROR"],
+  },
+  "POST /v1/storea/subscriptions": {
+    "200": ["TRANSACTION_NOT_FOUND", "BUNDLE_ID_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["APPLE_API_ERROR"],
+  },
+  "POST /v1/storea/history": {
+    "200": ["TRANSACTION_NOT_FOUND", "BUNDLE_ID_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["APPLE_API_ERROR"],
+  },
+  "POST /v1/storea/consumption": {
+    "200": ["TRANSACTION_NOT_FOUND"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["APPLE_API_ERROR"],
+  },
+  "POST /v1/storeb/acknowledge": {
+    "200": ["PURCHASE_NOT_FOUND", "PURCHASE_PENDING", "PACKAGE_NAME_MISMATCH"],
+    "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
+    "401": ["UNAUTHENTICATED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "502": ["GOOGLE_API_ERROR"],
+  },
+  "POST /v1/storeb/consume": {
+    "200": ["PURCHASE_NOT_FOUND", "PURCHASE_PENDING", "PACKAGE_NAME_MISMATCH"],
     "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
     "401": ["UNAUTHENTICATED"],
     "429": ["RATE_LIMITED"],
@@ -572,8 +617,7 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
     assert.equal(schemes.apiKey.scheme, "bearer");
     assert.equal(schemes.storebPushToken.type, "openIdConnect");
     const security = (key: string) => JSON.stringify(operation(key).security);
-    assert.equal(security("POST /v1/storea/verify"), '[{"apiKey":[]}]');
-    assert.equal(security("POST /v1/storeb/verify"), '[{"apiKey":[]}]');
+    for (const key of API_KEY_OPERATIONS) assert.equal(security(key), '[{"apiKey":[]}]', key);
     assert.equal(security("POST /v1/webhooks/storeb/{tenantId}"), '[{"storebPushToken":[]}]');
     assert.equal(security("POST /v1/webhooks/storea/{tenantId}"), "[]");
     assert.equal(security("GET /health"), "[]");
@@ -608,8 +652,7 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
 
   await t.step("body limits are the service's", () => {
     const limit = (key: string) => operation(key).requestBody["x-max-body-bytes"];
-    assert.equal(limit("POST /v1/storea/verify"), VERIFY_BODY_LIMIT);
-    assert.equal(limit("POST /v1/storeb/verify"), VERIFY_BODY_LIMIT);
+    for (const key of API_KEY_OPERATIONS) assert.equal(limit(key), VERIFY_BODY_LIMIT, key);
     assert.equal(limit("POST /v1/webhooks/storea/{tenantId}"), RECEIVER_BODY_LIMIT);
     assert.equal(limit("POST /v1/webhooks/storeb/{tenantId}"), RECEIVER_BODY_LIMIT);
   });
@@ -680,10 +723,12 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
   await t.step("success shapes list every field as required, and are open to new ones", () => {
     const schemas = DOC.components.schemas;
     // Fields present only in some answers: `draining` while a process shuts down,
-    // `encryptionKey` during a rotation of the encryption key.
+    // `encryptionKey` during a rotation of the encryption key, `acknowledged` and
+    // `acknowledgeError` when a store B verify asked for `acknowledge: true`.
     const optional: Record<string, string[]> = {
       ReadyOk: ["encryptionKey"],
       ReadyDegraded: ["draining", "encryptionKey"],
+      StorebVerifySuccess: ["acknowledged", "acknowledgeError"],
     };
     for (
       const name of [
@@ -692,6 +737,14 @@ Deno.test("openapi.yaml is OpenAPI 3.1 and describes exactly the service's endpo
         "StorebVerifySuccess",
         "StorebSubscriptionPurchase",
         "StorebProductPurchase",
+        "StoreaSubscriptionsSuccess",
+        "StoreaSubscription",
+        "StoreaRenewal",
+        "StoreaHistorySuccess",
+        "StoreaConsumptionSuccess",
+        "StorebAcknowledgeSuccess",
+        "StorebConsumeSuccess",
+        "StorebAcknowledgeError",
         "DomainFailure",
         "WebhookReceipt",
         "Health",
@@ -1151,6 +1204,246 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
       play.clearScripts();
     });
 
+    await t.step(
+      "store B actions: every documented answer of acknowledge and consume",
+      async () => {
+        // A tenant of its own, so these calls do not spend b's bucket.
+        const c = await storeTenant((id) => storebCredentialArgs(id, accountFile, PUSH_ACCOUNT));
+        const auth: Record<string, string> = { authorization: `Bearer ${c.key}` };
+        const ACK = "POST /v1/storeb/acknowledge";
+        const CONSUME = "POST /v1/storeb/consume";
+        const ack = async (body: unknown, headers = auth) =>
+          checked(ACK, await post("/v1/storeb/acknowledge", body, headers));
+        const consume = async (body: unknown, headers = auth) =>
+          checked(CONSUME, await post("/v1/storeb/consume", body, headers));
+        const product = (overrides = {}) => {
+          const purchaseToken = `ptok-${crypto.randomUUID()}`;
+          play.addProduct({
+            packageName: PACKAGE,
+            productId: "coins_100",
+            purchaseToken,
+            purchase: sampleProductPurchase({
+              acknowledgementState: 0,
+              ...overrides,
+            }),
+          });
+          return { packageName: PACKAGE, productId: "coins_100", purchaseToken };
+        };
+        const subscriptionToken = `ptok-${crypto.randomUUID()}`;
+        play.addSubscription({
+          packageName: PACKAGE,
+          purchaseToken: subscriptionToken,
+          purchase: sampleSubscriptionPurchase({
+            acknowledgementState: "ACKNOWLEDGEMENT_STATE_PENDING",
+          }),
+        });
+        const subscription = {
+          packageName: PACKAGE,
+          productId: "premium_monthly",
+          purchaseToken: subscriptionToken,
+          type: "subscription",
+        };
+
+        assert.equal((await ack(subscription)).json.alreadyAcknowledged, false);
+        assert.equal((await ack(subscription)).json.alreadyAcknowledged, true);
+        assert.equal((await consume(product())).json.alreadyConsumed, false);
+        const pending = product({ purchaseState: 2 });
+        assert.equal(
+          (await ack({ ...pending, type: "product" })).json.error,
+          "PURCHASE_PENDING",
+        );
+        assert.equal((await consume(pending)).json.error, "PURCHASE_PENDING");
+        const unknown = {
+          packageName: PACKAGE,
+          productId: "coins_100",
+          purchaseToken: "ptok-none",
+        };
+        assert.equal(
+          (await ack({ ...unknown, type: "product" })).json.error,
+          "PURCHASE_NOT_FOUND",
+        );
+        assert.equal((await consume(unknown)).json.error, "PURCHASE_NOT_FOUND");
+        const other = { ...product(), packageName: "com.other.app" };
+        assert.equal(
+          (await ack({ ...other, type: "product" })).json.error,
+          "PACKAGE_NAME_MISMATCH",
+        );
+        assert.equal((await consume(other)).json.error, "PACKAGE_NAME_MISMATCH");
+
+        for (const send of [ack, consume]) {
+          for (
+            const headers of [{}, { authorization: "Bearer nope" }] as Record<
+              string,
+              string
+            >[]
+          ) {
+            assert.equal((await send({}, headers)).json.error, "UNAUTHENTICATED");
+          }
+          assert.equal((await send({ nope: true })).json.error, "INVALID_REQUEST");
+          const missing = await send(
+            { ...product(), type: "product" },
+            { authorization: `Bearer ${bare.key}` },
+          );
+          assert.ok(
+            ["CREDENTIALS_MISSING", "INVALID_REQUEST"].includes(missing.json.error),
+          );
+          play.script({ status: 429, headers: { "retry-after": "17" } });
+          const limited = await send({
+            ...product(),
+            ...(send === ack ? { type: "product" } : {}),
+          });
+          assert.equal(limited.json.error, "RATE_LIMITED");
+          play.script({ status: 403 });
+          const failed = await send({
+            ...product(),
+            ...(send === ack ? { type: "product" } : {}),
+          });
+          assert.deepEqual(failed.json.details, {
+            status: 403,
+            upstreamCode: "PERMISSION_DENIED",
+          });
+        }
+        // CREDENTIALS_MISSING for consume needs a body without `type`.
+        const bareConsume = await consume(product(), {
+          authorization: `Bearer ${bare.key}`,
+        });
+        assert.equal(bareConsume.json.error, "CREDENTIALS_MISSING");
+        play.clearScripts();
+
+        // Verify with acknowledge: true, in both outcomes.
+        const paid = product();
+        const verified = await verifyB({
+          ...paid,
+          type: "product",
+          acknowledge: true,
+        }, c.key);
+        assert.equal(verified.json.acknowledged, true);
+        play.script({ operation: "acknowledge", status: 503, times: 2 });
+        const failing = await verifyB({
+          ...product(),
+          type: "product",
+          acknowledge: true,
+        }, c.key);
+        play.clearScripts();
+        assert.equal(failing.json.acknowledged, false);
+        assert.equal(failing.json.acknowledgeError.error, "GOOGLE_API_ERROR");
+      },
+    );
+
+    await t.step("store A lookups and actions: every documented answer", async () => {
+      // A tenant of its own, so these calls do not spend a's bucket.
+      const d = await storeTenant((id) => storeaCredentialArgs(id, keyFile));
+      const auth: Record<string, string> = { authorization: `Bearer ${d.key}` };
+      const S = "POST /v1/storea/subscriptions";
+      const H = "POST /v1/storea/history";
+      const C = "POST /v1/storea/consumption";
+      const call = async (key: string, body: unknown, headers = auth) =>
+        checked(key, await post(key.slice("POST ".length), body, headers));
+
+      // A customer with a subscription in its grace period, one in another group that Apple
+      // sends no renewal info for, and a consumable; and a transaction of another app.
+      const sub = signer.sampleTransaction({
+        transactionId: "2000000000000301",
+        appAccountToken: "7e3fb20b-4cdb-47cc-936d-99d65f608138",
+      });
+      await storeaApi.addTransaction("production", sub);
+      await storeaApi.setSubscriptionState("production", sub.originalTransactionId, { status: 4 });
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({
+          transactionId: "2000000000000302",
+          originalTransactionId: "2000000000000303",
+          subscriptionGroupIdentifier: "21000002",
+          purchaseDate: Date.now() - 86_400_000,
+        }),
+        { customer: sub.originalTransactionId },
+      );
+      await storeaApi.setSubscriptionState("production", "2000000000000303", {
+        status: 5,
+        renewalInfo: null,
+      });
+      const coins = "2000000000000304";
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({ transactionId: coins, type: "Consumable" }),
+        { customer: sub.originalTransactionId },
+      );
+      const foreign = "2000000000000305";
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({ transactionId: foreign, bundleId: "com.other.app" }),
+      );
+      const unknown = "2000000000000399";
+
+      const statuses = await call(S, { transactionId: coins });
+      assert.equal(statuses.json.valid, true, statuses.text);
+      assert.deepEqual(
+        statuses.json.subscriptions.map((s: Node) => [s.statusName, s.renewal === null]).sort(),
+        [["grace_period", false], ["revoked", true]],
+      );
+      assert.equal(statuses.json.appUserId, "7e3fb20b-4cdb-47cc-936d-99d65f608138");
+      assert.equal((await call(S, { transactionId: unknown })).json.error, "TRANSACTION_NOT_FOUND");
+      assert.equal((await call(S, { transactionId: foreign })).json.error, "BUNDLE_ID_MISMATCH");
+
+      const page = await call(H, {
+        transactionId: sub.transactionId,
+        sort: "descending",
+        startDate: "2020-01-01T00:00:00Z",
+        productTypes: ["AUTO_RENEWABLE", "CONSUMABLE"],
+      });
+      assert.equal(page.json.transactions.length, 3, page.text);
+      assert.equal(page.json.hasMore, false);
+      const stale = await call(H, { transactionId: sub.transactionId, revision: "bad" });
+      assert.equal(stale.status, 400);
+      assert.deepEqual(stale.json.details, { upstreamCode: 4000005 });
+      assert.equal((await call(H, { transactionId: unknown })).json.error, "TRANSACTION_NOT_FOUND");
+      assert.equal((await call(H, { transactionId: foreign })).json.error, "BUNDLE_ID_MISMATCH");
+
+      const consent = {
+        customerConsented: true,
+        sampleContentProvided: true,
+        deliveryStatus: "DELIVERED",
+      };
+      const sent = await call(C, { transactionId: coins, ...consent, consumptionPercentage: 1000 });
+      assert.deepEqual(
+        [sent.json.valid, sent.json.sent, sent.json.transactionId],
+        [true, true, coins],
+      );
+      // Apple's 400 for a percentage on an auto-renewable subscription.
+      const refused = await call(C, {
+        transactionId: sub.transactionId,
+        ...consent,
+        consumptionPercentage: 1000,
+      });
+      assert.equal(refused.status, 400);
+      assert.deepEqual(refused.json.details, { upstreamCode: 4000209 });
+      const missing = await call(C, { transactionId: unknown, ...consent });
+      assert.equal(missing.json.error, "TRANSACTION_NOT_FOUND");
+
+      const bodies: Record<string, unknown> = {
+        [S]: { transactionId: sub.transactionId },
+        [H]: { transactionId: sub.transactionId },
+        [C]: { transactionId: coins, ...consent },
+      };
+      for (const key of [S, H, C]) {
+        for (
+          const headers of [{}, { authorization: "Bearer nope" }] as Record<string, string>[]
+        ) {
+          assert.equal((await call(key, bodies[key], headers)).json.error, "UNAUTHENTICATED");
+        }
+        assert.equal((await call(key, { nope: true })).json.error, "INVALID_REQUEST");
+        const bareAnswer = await call(key, bodies[key], { authorization: `Bearer ${bare.key}` });
+        assert.equal(bareAnswer.json.error, "CREDENTIALS_MISSING");
+        storeaApi.script("production", storeaRateLimitedAnswer({ retryAt: Date.now() + 20_000 }));
+        const limited = await call(key, bodies[key]);
+        assert.equal(limited.json.error, "RATE_LIMITED", limited.text);
+        storeaApi.script("production", { status: 500, times: 2 });
+        const failed = await call(key, bodies[key]);
+        assert.deepEqual(failed.json.details, { status: 500, upstreamCode: null }, failed.text);
+      }
+      storeaApi.clearScripts();
+    });
+
     await t.step("request bodies: the document and the service agree", async () => {
       const id = "2000000000000201";
       const storeaBodies: unknown[] = [
@@ -1204,6 +1497,119 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
       }
       assert.deepEqual([...verdicts].sort(), [false, true]);
     });
+
+    await t.step(
+      "store lookups and actions: the document and the service agree on bodies",
+      async () => {
+        // A tenant of its own with both stores' credentials: these calls take tokens too.
+        const e = await storeTenant((id) => storeaCredentialArgs(id, keyFile));
+        await cliOk(running, ...storebCredentialArgs(e.tenantId, accountFile, PUSH_ACCOUNT));
+        const auth = { authorization: `Bearer ${e.key}` };
+        const verdicts = new Set<boolean>();
+        const agree = async (key: string, bodies: unknown[]) => {
+          for (const body of bodies) {
+            const accepted = documentAccepts(key, body);
+            verdicts.add(accepted);
+            const answer = checked(key, await post(key.slice("POST ".length), body, auth));
+            assert.equal(
+              answer.json.error === "INVALID_REQUEST",
+              !accepted,
+              `${key} ${JSON.stringify(body).slice(0, 200)}: document ${accepted}, service ${
+                answer.text.slice(0, 300)
+              }`,
+            );
+          }
+        };
+        // Unknown to the store, so an accepted body answers a domain failure, never Apple's 400.
+        const id = "2000000000000499";
+        await agree("POST /v1/storea/subscriptions", [
+          { transactionId: id, environment: "sandbox" },
+          { transactionId: "1".repeat(129) },
+          { transactionId: id, environment: "staging" },
+          { transactionId: id, revision: "r" },
+        ]);
+        await agree("POST /v1/storea/history", [
+          {
+            transactionId: id,
+            sort: "descending",
+            startDate: "2026-01-01T00:00:00Z",
+            endDate: "2026-02-01T00:00:00.500+02:00",
+            productIds: ["a", "b"],
+            productTypes: ["AUTO_RENEWABLE", "NON_RENEWABLE", "CONSUMABLE", "NON_CONSUMABLE"],
+            subscriptionGroupIdentifiers: ["21000001"],
+            inAppOwnershipType: "FAMILY_SHARED",
+            revoked: true,
+          },
+          { transactionId: id, productIds: Array.from({ length: 50 }, (_, i) => `p${i}`) },
+          { transactionId: id, productIds: Array.from({ length: 51 }, (_, i) => `p${i}`) },
+          { transactionId: id, productIds: [""] },
+          { transactionId: id, productTypes: ["BUNDLE"] },
+          { transactionId: id, sort: "ASCENDING" },
+          { transactionId: id, startDate: "2026-01-01" },
+          { transactionId: id, startDate: "2026-01-01T00:00:00" },
+          { transactionId: id, startDate: 1767225600000 },
+          { transactionId: id, inAppOwnershipType: "SHARED" },
+          { transactionId: id, revoked: "true" },
+          { transactionId: id, revision: "" },
+        ]);
+        const consent = {
+          transactionId: id,
+          customerConsented: true,
+          sampleContentProvided: false,
+          deliveryStatus: "DELIVERED",
+        };
+        await agree("POST /v1/storea/consumption", [
+          consent,
+          { ...consent, consumptionPercentage: 100000, refundPreference: "GRANT_FULL" },
+          { ...consent, customerConsented: false },
+          { ...consent, customerConsented: "true" },
+          { ...consent, deliveryStatus: "LOST" },
+          { ...consent, consumptionPercentage: 100001 },
+          { ...consent, consumptionPercentage: 1.5 },
+          { ...consent, refundPreference: "GRANT_HALF" },
+          { transactionId: id, customerConsented: true, deliveryStatus: "DELIVERED" },
+          { ...consent, accountTenure: 3 },
+        ]);
+        const ok = { packageName: PACKAGE, productId: "coins_100", purchaseToken: "ptok-none" };
+        await agree("POST /v1/storeb/acknowledge", [
+          { ...ok, type: "product" },
+          { ...ok, type: "bundle" },
+          ok,
+          { ...ok, type: "product", acknowledge: true },
+          { ...ok, type: "product", productId: ".." },
+        ]);
+        await agree("POST /v1/storeb/consume", [
+          ok,
+          { ...ok, type: "product" },
+          { ...ok, purchaseToken: "t".repeat(4097) },
+        ]);
+        assert.deepEqual([...verdicts].sort(), [false, true]);
+
+        // Apple's rules between fields, which the schema only describes: refused before the store.
+        const consumption = (body: unknown) =>
+          post("/v1/storea/consumption", body, auth).then((answer) =>
+            checked("POST /v1/storea/consumption", answer)
+          );
+        for (
+          const body of [
+            { ...consent, deliveryStatus: "UNDELIVERED_OTHER", consumptionPercentage: 5 },
+            { ...consent, refundPreference: "GRANT_PRORATED", consumptionPercentage: 0 },
+            { ...consent, refundPreference: "GRANT_PRORATED", consumptionPercentage: 100000 },
+          ]
+        ) {
+          assert.ok(documentAccepts("POST /v1/storea/consumption", body));
+          const answer = await consumption(body);
+          assert.equal(answer.json.error, "INVALID_REQUEST", answer.text);
+          assert.equal(answer.json.details.issues[0].path, "consumptionPercentage");
+        }
+        const window = await post("/v1/storea/history", {
+          transactionId: id,
+          startDate: "2026-02-01T00:00:00Z",
+          endDate: "2026-01-01T00:00:00Z",
+        }, auth);
+        assert.equal(checked("POST /v1/storea/history", window).json.error, "INVALID_REQUEST");
+      },
+    );
 
     await t.step("verify: bodies that are not JSON, and the 16 KB limit", async () => {
       const auth = { authorization: `Bearer ${a.key}` };
