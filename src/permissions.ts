@@ -9,6 +9,7 @@ import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Config, ConfigError, configVariables, readConfig } from "./config.ts";
 import { LIBCRYPTO_PATHS } from "./crypto/es256.ts";
+import { CLOUD_METADATA_ADDRESSES } from "./delivery/special_addresses.ts";
 import { MIGRATIONS_DIR } from "./db/migrate.ts";
 import { TEMPLATE_URL } from "./db/embedded_template.ts";
 
@@ -134,6 +135,10 @@ function permissionFlags(scope: Scope): string[] {
     // Net stays whole: tenants' callback URLs may be any public host, and src/delivery checks
     // each address before it connects, which a fixed list given at start could not do.
     "--allow-net",
+    // Except the clouds' metadata services, which hand out the machine's credentials: refused by
+    // the runtime too, even where callbacks at private addresses are allowed
+    // (docs/operations.md, "Callback safety").
+    `--deny-net=${CLOUD_METADATA_ADDRESSES.map(netHost).join(",")}`,
     `--allow-env=${variables.join(",")}`,
     // Any other variable reads as unset instead of failing: libraries look up optional ones
     // (npm:postgres reads PGSSL, PGAPPNAME...). The runtime reads its own (DENO_*, OTEL_*,
@@ -161,6 +166,11 @@ function permissionFlags(scope: Scope): string[] {
  */
 function embeddedEngineFiles(): string {
   return dirname(fileURLToPath(import.meta.resolve("@electric-sql/pglite")));
+}
+
+/** An address as Deno's net flags take it: an IPv6 one in brackets. */
+function netHost(address: string): string {
+  return address.includes(":") ? `[${address}]` : address;
 }
 
 /** `--flag=a,b`, or nothing for no paths: a bare `--flag` would allow every path. */

@@ -223,6 +223,8 @@ await attempt("load another library", () => Deno.dlopen(otherLibrary, {}));
 await attempt("load libcrypto", () => typeof Deno.dlopen(libcrypto, {}));
 await attempt("run a process", () => new Deno.Command("sh", { args: ["-c", "true"] }).output());
 await attempt("read the host name", () => Deno.hostname());
+await attempt("reach the cloud metadata service", () => Deno.connect({ hostname: "169.254.169.254", port: 80 }));
+await attempt("reach it over IPv6", () => Deno.connect({ hostname: "fd00:ec2::254", port: 80 }));
 console.log(JSON.stringify(outcome));
 `;
 
@@ -278,6 +280,8 @@ Deno.test("permissions: code running with the service's permissions stays in its
       "load libcrypto": libcrypto ? "ok object" : "Error",
       "run a process": "NotCapable",
       "read the host name": "NotCapable",
+      "reach the cloud metadata service": "NotCapable",
+      "reach it over IPv6": "NotCapable",
     });
     await assert.rejects(Deno.stat(join(outside, "planted")), Deno.errors.NotFound);
   } finally {
