@@ -57,6 +57,8 @@ async function measure(
         } as unknown as VerifiedNotification["entry"],
         data: { notificationUUID: externalId, padding },
         raw: null,
+        occurredAt: null,
+        state: null,
       });
       if (!receipt.isNew) throw new Error(`${externalId} was not stored as new`);
       stored++;

@@ -37,7 +37,8 @@ import { eventKeyDays, pruneRelayHistory } from "./retention/relay_history.ts";
 import { PruneJob } from "./retention/job.ts";
 import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_maintenance.ts";
 import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "./events/ingest_batch.ts";
-import { Dispatcher } from "./delivery/dispatcher.ts";
+import { type DeliveryStateSource, Dispatcher } from "./delivery/dispatcher.ts";
+import { StorebStateSource } from "./events/state.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
 import { remoteHostWithoutTls } from "./db/postgres_tls.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
@@ -126,7 +127,34 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   });
   authenticator.start();
   stack.defer(() => authenticator.stop());
-  const dispatcher = await startDispatcher(db, box, config, log, stack);
+  const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
+    ttlMs: CREDENTIALS_TTL_MS,
+    name: "credentials",
+  });
+  const credentialsOf = async (tenantId: string) => (await credentials.get(tenantId))!;
+  // One client per store, shared by the API, the deliveries' state and the recovery.
+  const storea = new StoreaVerifier({
+    client: new StoreaApiClient({
+      productionUrl: config.storeaApiUrlProduction,
+      sandboxUrl: config.storeaApiUrlSandbox,
+      tokens: new StoreaTokenSigner(),
+    }),
+    jws: storeaJws,
+    timeoutMs: config.upstreamTimeoutMs,
+  });
+  const storeb = new StorebVerifier({
+    apiUrl: config.storebApiUrl,
+    tokenUrl: config.storebTokenUrl,
+    timeoutMs: config.upstreamTimeoutMs,
+  });
+  const dispatcher = await startDispatcher(db, box, config, log, stack, {
+    stateSource: new StorebStateSource({
+      storeb,
+      credentialsOf,
+      // Within the attempt's lease (twice DELIVERY_TIMEOUT and more): the fetch, then the POST.
+      timeoutMs: Math.min(config.upstreamTimeoutMs, config.deliveryTimeoutMs),
+    }),
+  });
   // Receivers share group commits: many notifications per transaction (docs/architecture.md,
   // "Group-commit ingest"), handing new deliveries to the dispatcher when it has room.
   const ingestBatcher = new IngestBatcher(db.sql, {
@@ -136,10 +164,6 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   startEventRetention(db, config, log, stack);
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 
-  const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
-    ttlMs: CREDENTIALS_TTL_MS,
-    name: "credentials",
-  });
   // Receivers look up the tenant named in the URL, which anyone can make up: a LookupCache
   // (src/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
   // Activation takes effect within the TTL.
@@ -156,23 +180,11 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
       perSecond: config.rateLimitPerSecond,
       burst: config.rateLimitBurst,
     }),
-    credentialsOf: async (tenantId) => (await credentials.get(tenantId))!,
+    credentialsOf,
     flights: new SingleFlight(),
     audit,
-    storea: new StoreaVerifier({
-      client: new StoreaApiClient({
-        productionUrl: config.storeaApiUrlProduction,
-        sandboxUrl: config.storeaApiUrlSandbox,
-        tokens: new StoreaTokenSigner(),
-      }),
-      jws: storeaJws,
-      timeoutMs: config.upstreamTimeoutMs,
-    }),
-    storeb: new StorebVerifier({
-      apiUrl: config.storebApiUrl,
-      tokenUrl: config.storebTokenUrl,
-      timeoutMs: config.upstreamTimeoutMs,
-    }),
+    storea,
+    storeb,
     jws: storeaJws,
     storeaNotificationMaxAgeMs: config.storeaNotificationMaxAgeMs,
     pushTokens: new PushTokenVerifier({
@@ -372,6 +384,7 @@ async function startDispatcher(
   config: Config,
   log: Logger,
   stack: AsyncDisposableStack,
+  options: { stateSource: DeliveryStateSource },
 ): Promise<Dispatcher> {
   logCallbackPolicy(config, log);
   const dispatcher = new Dispatcher({
@@ -384,6 +397,7 @@ async function startDispatcher(
     concurrency: config.deliveryConcurrency,
     tenantConcurrency: config.deliveryTenantConcurrency,
     callbackPolicy: callbackPolicyOf(config),
+    stateSource: options.stateSource,
   });
   stack.defer(() => dispatcher.stop());
   stack.defer(observeBacklog(() => countBacklog(db.sql), BACKLOG_MAX_AGE_MS));

@@ -16,6 +16,8 @@ Deno.test("delivery payload: the documented fields in order, extra fields droppe
     platformEvent: "storeb.one_time_product.1",
     reason: null,
     event: "product.purchased",
+    state: null,
+    occurredAt: "2025-12-31T23:59:59.000Z",
     ...{ notInTheSpec: true },
   });
   assert.deepEqual(Object.keys(JSON.parse(text)), DELIVERY_KEYS);

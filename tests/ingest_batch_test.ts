@@ -33,6 +33,8 @@ function notification(tenantId: string, externalId: string): VerifiedNotificatio
     } as unknown as VerifiedNotification["entry"],
     data: { notificationUUID: externalId, padding: "x".repeat(2_000) },
     raw: { notificationUUID: externalId },
+    occurredAt: null,
+    state: null,
   };
 }
 

@@ -11,7 +11,7 @@ import type { Handler } from "../http/router.ts";
 import { type StoreaJwsVerifier, UnseenChainBudgetError } from "../storea/jws.ts";
 import { StaleNotificationError, verifyStoreaNotification } from "../storea/notification.ts";
 import { Throttle } from "../throttle.ts";
-import { classifyStorea } from "../events/catalog.ts";
+import { storeaEvent } from "../events/store_events.ts";
 import { isId } from "../ids.ts";
 import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
 
@@ -79,14 +79,6 @@ export function storeaWebhookHandler(deps: StoreaWebhookDeps): Handler {
     }
     context.tenantId = tenantId;
     const notification = await verify(body.signedPayload, tenantId, context.reqId);
-    return await receiptResponse(deps, context, {
-      tenantId,
-      source: "storea",
-      externalId: notification.notificationUUID,
-      entry: classifyStorea(notification.payload, notification.transaction),
-      data: notification.payload,
-      raw: notification.payload,
-      sandbox: notification.environment === "Sandbox",
-    });
+    return await receiptResponse(deps, context, storeaEvent(tenantId, notification));
   };
 }

@@ -11,7 +11,7 @@ import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
 import type { Handler } from "../http/router.ts";
 import type { PushTokenVerifier } from "../storeb/push_token.ts";
 import { decodeStorebNotification, pushEnvelopeSchema } from "../storeb/notification.ts";
-import { classifyStoreb } from "../events/catalog.ts";
+import { storebEvent } from "../events/store_events.ts";
 import { isId } from "../ids.ts";
 import { Throttle } from "../throttle.ts";
 import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
@@ -72,14 +72,11 @@ export function storebWebhookHandler(deps: StorebWebhookDeps): Handler {
       envelope,
       credentials.packageName,
     );
-    return await receiptResponse(deps, context, {
-      tenantId,
-      source: "storeb",
-      externalId: messageId,
-      entry: classifyStoreb(notification),
-      data: notification,
-      raw: envelope,
-    });
+    return await receiptResponse(
+      deps,
+      context,
+      storebEvent(tenantId, notification, { messageId, envelope }),
+    );
   };
 }
 

@@ -20,18 +20,21 @@ export async function testWebhook(
   mustHaveCallback(await mustFindTenant(db, tenantId));
   const target = (await loadDeliveryTarget(db.sql, box, tenantId))!;
   const eventId = newId("evt");
+  const now = new Date().toISOString();
   const payload = serializePayload({
     event: "test",
     reason: null,
     platformEvent: "service.test",
     eventId,
     externalId: eventId,
-    timestamp: new Date().toISOString(),
+    timestamp: now,
     tenantId,
     source: "service",
     subject: null,
     data: { message: "a test delivery sent by purchase-relay webhook test" },
     raw: {},
+    occurredAt: now,
+    state: null,
   });
   const result = await sendDelivery({
     callbackUrl: target.callbackUrl!,

@@ -37,6 +37,7 @@ import {
   recordAttempt,
   type RecordedAttempt,
   releaseClaim,
+  storeCompletedPayload,
 } from "./queue.ts";
 import { sendDelivery } from "./sender.ts";
 import type { CallbackPolicy } from "./callback_policy.ts";
@@ -77,6 +78,20 @@ export interface DispatcherOptions {
   /** The most attempts in flight to one tenant, across every process sharing the database. */
   tenantConcurrency: number;
   callbackPolicy: CallbackPolicy;
+  /** Completes the payloads that wait for their purchase's state; none: they go as they are. */
+  stateSource?: DeliveryStateSource;
+}
+
+/**
+ * Completes a delivery's payload with the purchase's state before its first attempt, off the
+ * receivers' path (docs/integration.md, "State on every delivery").
+ */
+export interface DeliveryStateSource {
+  /**
+   * `payload` with `state`, or `stateError` when the state could not be had: a store's failure
+   * is written into the payload, never thrown, and the delivery goes anyway.
+   */
+  complete(tenantId: string, payload: string): Promise<string>;
 }
 
 /** Sends due deliveries, retries them on schedule, and records every attempt. */
@@ -341,10 +356,13 @@ export class Dispatcher {
    * goes ahead on what they read (docs/operations.md, "Inactive tenants").
    */
   async #attemptOnce(
-    delivery: ClaimedDelivery,
+    claimed: ClaimedDelivery,
     slot: Slot,
   ): Promise<{ outcome: string; responseCode: number | null }> {
     const { log } = this.#options;
+    const delivery = claimed.statePending && claimed.target.callbackUrl !== null
+      ? await this.#withState(claimed)
+      : claimed;
     const target = {
       callbackUrl: delivery.target.callbackUrl,
       secrets: await Promise.all(
@@ -397,6 +415,29 @@ export class Dispatcher {
       ? "retry"
       : verdict.status;
     return { outcome, responseCode: result.responseCode };
+  }
+
+  /**
+   * The delivery with its payload completed by the state source, and stored so that every later
+   * attempt sends the same bytes. A completion that cannot be stored (a lease lost, the database
+   * gone) is sent all the same; the next attempt completes it again.
+   */
+  async #withState(delivery: ClaimedDelivery): Promise<ClaimedDelivery> {
+    const { stateSource, sql, log } = this.#options;
+    if (stateSource === undefined) return delivery;
+    let payload: string;
+    try {
+      payload = await stateSource.complete(delivery.tenantId, delivery.payload);
+    } catch (error) {
+      log.warn("delivery_state_failed", { deliveryId: delivery.id, ...log.errorFields(error) });
+      return delivery;
+    }
+    try {
+      await storeCompletedPayload(sql, { ...delivery, owner: this.owner, payload });
+    } catch (error) {
+      log.warn("delivery_state_unsaved", { deliveryId: delivery.id, ...log.errorFields(error) });
+    }
+    return { ...delivery, payload, statePending: false };
   }
 
   /** Opens a tenant's sealed webhook secret, once per sealed value. */

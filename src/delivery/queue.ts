@@ -35,6 +35,11 @@ export interface ClaimedDelivery {
   attempts: number;
   /** The JSON body to send. */
   payload: string;
+  /**
+   * The payload still waits for the purchase's state, fetched from the store before the first
+   * attempt (docs/integration.md, "State on every delivery").
+   */
+  statePending: boolean;
   /** When the notification was received, for the delivery lag. */
   receivedAt: Date;
   /** The tenant's delivery target as the claim read it, its secrets still sealed. */
@@ -170,8 +175,8 @@ function claimUpdate(sql: Sql, claim: Claim) {
         lease_expires_at = now() + ${claim.leaseMs} * interval '1 millisecond'
     FROM chosen, events e, tenants t
     WHERE d.id = chosen.id AND e.id = d.event_id AND t.id = d.tenant_id
-    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, e.event, e.payload, e.received_at,
-              ${sealedTargetColumns(sql, sql`d.sandbox`)}`;
+    RETURNING d.id, d.event_id, d.tenant_id, d.attempts, d.state_pending, e.event, e.payload,
+              e.received_at, ${sealedTargetColumns(sql, sql`d.sandbox`)}`;
 }
 
 function claimedDelivery(row: postgres.Row): ClaimedDelivery {
@@ -182,9 +187,31 @@ function claimedDelivery(row: postgres.Row): ClaimedDelivery {
     event: row.event,
     attempts: row.attempts,
     payload: row.payload,
+    statePending: row.state_pending,
     receivedAt: new Date(row.received_at),
     target: sealedTargetOf(row),
   };
+}
+
+/**
+ * Stores a delivery's payload completed with the purchase's state, in one statement, so that every
+ * attempt after this one sends the same bytes; only while this process holds the delivery's lease
+ * (another process that took it over completes it itself). Returns whether it was stored.
+ */
+export async function storeCompletedPayload(
+  sql: Sql,
+  delivery: { id: string; eventId: string; owner: string; payload: string },
+): Promise<boolean> {
+  const [row] = await sql`
+    WITH done AS (
+      UPDATE deliveries SET state_pending = false
+      WHERE id = ${delivery.id} AND lease_owner = ${delivery.owner} AND state_pending
+      RETURNING event_id
+    )
+    UPDATE events e SET payload = ${delivery.payload}
+    FROM done WHERE e.id = done.event_id
+    RETURNING e.id`;
+  return row !== undefined;
 }
 
 /**

@@ -20,6 +20,11 @@ export interface VerifiedNotification {
   source: EventSource;
   /** Store A notification UUID or store B message id: the deduplication key. */
   externalId: string;
+  /**
+   * The deduplication key when it is not `externalId`: store B voided purchases are known by their
+   * order id, whether a notification or Google's voided purchases list brought them.
+   */
+  dedupKey?: string;
   entry: CatalogEntry;
   /** The decoded notification: store A's signed payload, store B's developer notification. */
   data: unknown;
@@ -30,6 +35,20 @@ export interface VerifiedNotification {
    * there is one (docs/operations.md, "Routing deliveries").
    */
   sandbox?: boolean;
+  /** The store's own time of the event, ISO-8601, or null when it did not say. */
+  occurredAt: string | null;
+  /** The purchase's state the notification itself carries (store A), or null. */
+  state: unknown;
+  /**
+   * The state is to be fetched from the store before the first attempt (store B purchases),
+   * unless the tenant turned that off (docs/integration.md, "State on every delivery").
+   */
+  needsState?: boolean;
+}
+
+/** The key that makes a notification a duplicate: its dedup key, or its external id. */
+export function dedupKeyOf(notification: VerifiedNotification): string {
+  return notification.dedupKey ?? notification.externalId;
 }
 
 /** The receiver's 200 answer, plus the delivery created (null for a duplicate). */
@@ -118,6 +137,8 @@ export function prepareIngest(notification: VerifiedNotification): PreparedInges
     source,
     data: notification.data,
     raw: notification.raw,
+    occurredAt: notification.occurredAt,
+    state: notification.state,
   });
   return { notification, eventId, deliveryId: newId("dlv"), receivedAt, payload };
 }
@@ -126,21 +147,24 @@ export function prepareIngest(notification: VerifiedNotification): PreparedInges
 export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promise<Receipt> {
   const { eventId, deliveryId, receivedAt, payload } = prepared;
   const { tenantId, source, externalId, entry } = prepared.notification;
+  const dedupKey = dedupKeyOf(prepared.notification);
   const sandbox = prepared.notification.sandbox === true;
+  const needsState = prepared.notification.needsState === true;
   // One statement, so one atomic transaction without a client-side BEGIN: npm:postgres 3.4.9
   // can send a BEGIN without reserving its connection under load (porsager/postgres#1189).
   const [stored] = await sql`
     WITH event AS (
       INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
                           received_at)
-      VALUES (${eventId}, ${tenantId}, ${source}, ${externalId}, ${entry.event},
+      VALUES (${eventId}, ${tenantId}, ${source}, ${dedupKey}, ${entry.event},
               ${entry.platformEvent}, ${payload}, ${receivedAt})
       ON CONFLICT (tenant_id, source, external_id) DO NOTHING
       RETURNING id, tenant_id
     ), delivery AS (
-      INSERT INTO deliveries (id, event_id, tenant_id, sandbox, status, next_attempt_at,
-                              last_error)
+      INSERT INTO deliveries (id, event_id, tenant_id, sandbox, state_pending, status,
+                              next_attempt_at, last_error)
       SELECT ${deliveryId}, event.id, event.tenant_id, ${sandbox},
+             ${needsState} AND t.storeb_state_fetch,
              ${newDeliveryState(sql, sql`${receivedAt}::timestamptz`)}
       FROM event JOIN tenants t ON t.id = event.tenant_id
       ${deliveryRoute(sql, { event: sql`${entry.event}::text`, sandbox: sql`${sandbox}` })}
@@ -161,7 +185,7 @@ export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promis
   // A duplicate answers with the first receipt's event id and creates nothing.
   const [first] = await sql`
     SELECT id FROM events
-    WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${externalId}`;
+    WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${dedupKey}`;
   return duplicateReceipt(first.id, externalId);
 }
 

@@ -24,6 +24,7 @@ import {
   sealedTargetOf,
 } from "../db/tenants.ts";
 import {
+  dedupKeyOf,
   deliveryRoute,
   duplicateReceipt,
   ingestPrepared,
@@ -71,6 +72,8 @@ export interface HandedOverDelivery {
   event: string;
   attempts: 0;
   payload: string;
+  /** Its payload still waits for the store B purchase's state (see `DeliveryStateSource`). */
+  statePending: boolean;
   receivedAt: Date;
   /** The tenant's target as the statement read it, its secrets still sealed. */
   target: SealedTarget;
@@ -133,7 +136,7 @@ export class IngestBatcher {
 
   /** Stores `notification` with its delivery, resolving after the commit. */
   ingest(notification: VerifiedNotification): Promise<Receipt> {
-    const key = keyOf(notification);
+    const key = keyOf({ ...notification, dedupKey: dedupKeyOf(notification) });
     return new Promise<Receipt>((resolve, reject) => {
       const first = this.#byKey.get(key);
       if (first !== undefined) {
@@ -259,7 +262,7 @@ export class IngestBatcher {
       p.eventId,
       p.notification.tenantId,
       p.notification.source,
-      p.notification.externalId,
+      dedupKeyOf(p.notification),
       p.notification.entry.event,
       p.notification.entry.platformEvent,
       p.payload,
@@ -269,23 +272,25 @@ export class IngestBatcher {
       // 0: not reserved (the values of a VALUES list cannot be null here).
       String(rankOf[ord] ?? 0),
       p.notification.sandbox === true ? "1" : "0",
+      p.notification.needsState === true ? "1" : "0",
     ]);
     if (sql.options.prepare) {
       // A client that prepares its statements makes one per VALUES length, each planned afresh at
       // its first runs: padded to a power of two, a connection keeps nine plans, not 256
       // (docs/architecture.md, "Group-commit ingest"). Blank rows are skipped by their empty id;
       // every value stays a string, so the parameter types, part of the statement's name, stay.
-      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0"];
+      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0", "0"];
       while (values.length & (values.length - 1)) values.push(blank);
     }
     const stored = await sql`
       WITH input AS (
         SELECT id, tenant_id, source, external_id, event, platform_event, payload,
                received_at::timestamptz AS received_at, delivery_id, ord::int AS ord,
-               hand_rank::int AS hand_rank, sandbox = '1' AS sandbox
+               hand_rank::int AS hand_rank, sandbox = '1' AS sandbox,
+               needs_state = '1' AS needs_state
         FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
                                           platform_event, payload, received_at, delivery_id, ord,
-                                          hand_rank, sandbox)
+                                          hand_rank, sandbox, needs_state)
         WHERE id <> ''
       ), event AS (
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
@@ -295,9 +300,10 @@ export class IngestBatcher {
         ON CONFLICT (tenant_id, source, external_id) DO NOTHING
         RETURNING id, tenant_id
       ), delivery AS (
-        INSERT INTO deliveries (id, event_id, tenant_id, sandbox, status, next_attempt_at,
-                                last_error, lease_owner, lease_expires_at)
+        INSERT INTO deliveries (id, event_id, tenant_id, sandbox, state_pending, status,
+                                next_attempt_at, last_error, lease_owner, lease_expires_at)
         SELECT input.delivery_id, event.id, event.tenant_id, input.sandbox,
+               input.needs_state AND t.storeb_state_fetch,
                ${newDeliveryState(sql, sql`input.received_at`)},
                CASE WHEN hand.over THEN ${handOver?.owner ?? null}::text END,
                CASE WHEN hand.over
@@ -322,9 +328,11 @@ export class IngestBatcher {
                   ORDER BY w.next_attempt_at
                   LIMIT 1) IS NULL AS over
         ) hand
-        RETURNING event_id, tenant_id, sandbox, status, lease_owner IS NOT NULL AS handed
+        RETURNING event_id, tenant_id, sandbox, state_pending, status,
+                  lease_owner IS NOT NULL AS handed
       )
-      SELECT d.event_id, d.status, d.handed, ${sealedTargetColumns(sql, sql`d.sandbox`)}
+      SELECT d.event_id, d.status, d.handed, d.state_pending,
+             ${sealedTargetColumns(sql, sql`d.sandbox`)}
       FROM delivery d JOIN tenants t ON t.id = d.tenant_id`;
     this.batches++;
     this.rows += rows.length;
@@ -346,6 +354,7 @@ export class IngestBatcher {
           event: notification.entry.event,
           attempts: 0,
           payload,
+          statePending: row.state_pending,
           receivedAt,
           target: sealedTargetOf(row),
         });
@@ -370,7 +379,7 @@ export class IngestBatcher {
         SELECT e.id, e.tenant_id, e.source, e.external_id
         FROM events e
         JOIN unnest(${pick((n) => n.tenantId)}::text[], ${pick((n) => n.source)}::text[],
-                    ${pick((n) => n.externalId)}::text[]) AS k(tenant_id, source, external_id)
+                    ${pick(dedupKeyOf)}::text[]) AS k(tenant_id, source, external_id)
           ON e.tenant_id = k.tenant_id AND e.source = k.source
          AND e.external_id = k.external_id`;
       const idOf = new Map<string, string>();
@@ -378,7 +387,7 @@ export class IngestBatcher {
         const key = keyOf({
           tenantId: row.tenant_id,
           source: row.source,
-          externalId: row.external_id,
+          dedupKey: row.external_id,
         });
         idOf.set(key, row.id);
       }
@@ -401,6 +410,6 @@ export class IngestBatcher {
 /** The receipt time of a blank row, which is never stored. */
 const BLANK_TIME = new Date(0).toISOString();
 
-function keyOf(n: Pick<VerifiedNotification, "tenantId" | "source" | "externalId">): string {
-  return JSON.stringify([n.tenantId, n.source, n.externalId]);
+function keyOf(n: { tenantId: string; source: string; dedupKey: string }): string {
+  return JSON.stringify([n.tenantId, n.source, n.dedupKey]);
 }

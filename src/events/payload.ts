@@ -19,6 +19,12 @@ export interface DeliveryPayload {
   subject: Subject | null;
   data: unknown;
   raw: unknown;
+  /** The store's own time of the event (ISO-8601): what a tenant orders events by. */
+  occurredAt: string | null;
+  /** The purchase as verify would answer it, or null (docs/integration.md, "State on every delivery"). */
+  state: unknown;
+  /** Why `state` is null when it could not be fetched; absent otherwise. */
+  stateError?: { error: string; message: string };
 }
 
 /** The JSON body, keys in the documented order (docs/integration.md, "A delivery"). */
@@ -35,5 +41,8 @@ export function serializePayload(payload: DeliveryPayload): string {
     subject: payload.subject,
     data: payload.data,
     raw: payload.raw,
+    occurredAt: payload.occurredAt,
+    state: payload.state,
+    ...(payload.stateError === undefined ? {} : { stateError: payload.stateError }),
   });
 }

@@ -104,12 +104,13 @@ export class StorebVerifier {
   async verify(
     credentials: StorebCredentials,
     request: StorebVerifyInput,
+    options: { timeoutMs?: number } = {},
   ): Promise<StorebVerifyOutcome> {
     // The package is checked before the store is asked: a mismatch costs no upstream call.
     const mismatch = packageMismatch(credentials, request.packageName);
     if (mismatch) return { ...mismatch, error: "PACKAGE_NAME_MISMATCH", upstreamStatus: null };
     const context = this.#contextOf(credentials);
-    const budget = new ActionBudget(this.#timeoutMs);
+    const budget = new ActionBudget(options.timeoutMs ?? this.#timeoutMs);
     const ref = {
       packageName: request.packageName,
       productId: request.productId,
