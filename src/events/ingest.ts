@@ -4,6 +4,7 @@
  * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
  */
 import type postgres from "postgres";
+import { createHash } from "node:crypto";
 import type { Sql } from "../db/connect.ts";
 import { routedCallbackUrl } from "../db/tenants.ts";
 import { newId } from "../ids.ts";
@@ -121,6 +122,8 @@ export interface PreparedIngest {
   deliveryId: string;
   receivedAt: Date;
   payload: string;
+  /** SHA-256 hex of a store B event's subject key (its purchase token); null otherwise. */
+  subjectHash: string | null;
 }
 
 /** Gives a notification its event and delivery ids and serializes the payload sent. */
@@ -140,12 +143,25 @@ export function prepareIngest(notification: VerifiedNotification): PreparedInges
     occurredAt: notification.occurredAt,
     state: notification.state,
   });
-  return { notification, eventId, deliveryId: newId("dlv"), receivedAt, payload };
+  const subjectKey = source === "storeb" ? entry.subject?.key ?? null : null;
+  return {
+    notification,
+    eventId,
+    deliveryId: newId("dlv"),
+    receivedAt,
+    payload,
+    subjectHash: subjectKey === null ? null : sha256Hex(subjectKey),
+  };
+}
+
+/** SHA-256 of `text` in hex: how a store B purchase token is found among events. */
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
 }
 
 /** Stores one prepared notification on its own (one statement, so one transaction). */
 export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promise<Receipt> {
-  const { eventId, deliveryId, receivedAt, payload } = prepared;
+  const { eventId, deliveryId, receivedAt, payload, subjectHash } = prepared;
   const { tenantId, source, externalId, entry } = prepared.notification;
   const dedupKey = dedupKeyOf(prepared.notification);
   const sandbox = prepared.notification.sandbox === true;
@@ -155,9 +171,9 @@ export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promis
   const [stored] = await sql`
     WITH event AS (
       INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
-                          received_at)
+                          received_at, subject_hash)
       VALUES (${eventId}, ${tenantId}, ${source}, ${dedupKey}, ${entry.event},
-              ${entry.platformEvent}, ${payload}, ${receivedAt})
+              ${entry.platformEvent}, ${payload}, ${receivedAt}, ${subjectHash})
       ON CONFLICT (tenant_id, source, external_id) DO NOTHING
       RETURNING id, tenant_id
     ), delivery AS (

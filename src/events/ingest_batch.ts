@@ -273,13 +273,14 @@ export class IngestBatcher {
       String(rankOf[ord] ?? 0),
       p.notification.sandbox === true ? "1" : "0",
       p.notification.needsState === true ? "1" : "0",
+      p.subjectHash ?? "",
     ]);
     if (sql.options.prepare) {
       // A client that prepares its statements makes one per VALUES length, each planned afresh at
       // its first runs: padded to a power of two, a connection keeps nine plans, not 256
       // (docs/architecture.md, "Group-commit ingest"). Blank rows are skipped by their empty id;
       // every value stays a string, so the parameter types, part of the statement's name, stay.
-      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0", "0"];
+      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0", "0", ""];
       while (values.length & (values.length - 1)) values.push(blank);
     }
     const stored = await sql`
@@ -287,15 +288,16 @@ export class IngestBatcher {
         SELECT id, tenant_id, source, external_id, event, platform_event, payload,
                received_at::timestamptz AS received_at, delivery_id, ord::int AS ord,
                hand_rank::int AS hand_rank, sandbox = '1' AS sandbox,
-               needs_state = '1' AS needs_state
+               needs_state = '1' AS needs_state, nullif(subject_hash, '') AS subject_hash
         FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
                                           platform_event, payload, received_at, delivery_id, ord,
-                                          hand_rank, sandbox, needs_state)
+                                          hand_rank, sandbox, needs_state, subject_hash)
         WHERE id <> ''
       ), event AS (
         INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
-                            received_at)
-        SELECT id, tenant_id, source, external_id, event, platform_event, payload, received_at
+                            received_at, subject_hash)
+        SELECT id, tenant_id, source, external_id, event, platform_event, payload, received_at,
+               subject_hash
         FROM input ORDER BY ord
         ON CONFLICT (tenant_id, source, external_id) DO NOTHING
         RETURNING id, tenant_id

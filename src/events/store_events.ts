@@ -39,16 +39,30 @@ export function storeaEvent(
   };
 }
 
+/**
+ * The dedup key of a store B voided purchase: its order id, whichever brought it first, its
+ * notification or Google's voided purchases list (docs/operations.md, "Recovering missed
+ * notifications").
+ */
+export function voidedPurchaseKey(orderId: string): string {
+  return `voided:${orderId}`;
+}
+
 /** A decoded store B developer notification of `tenantId` (from `envelope`) as its event. */
 export function storebEvent(
   tenantId: string,
   notification: Record<string, unknown>,
   delivery: { messageId: string; envelope: unknown },
 ): VerifiedNotification {
+  const voided = objectOrEmpty(notification.voidedPurchaseNotification);
+  const orderId = typeof voided.orderId === "string" && voided.orderId !== ""
+    ? voided.orderId
+    : null;
   return {
     tenantId,
     source: "storeb",
     externalId: delivery.messageId,
+    ...(orderId === null ? {} : { dedupKey: voidedPurchaseKey(orderId) }),
     entry: classifyStoreb(notification),
     data: notification,
     raw: delivery.envelope,
