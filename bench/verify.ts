@@ -60,6 +60,7 @@ import {
   loadAverage,
   type LoadOptions,
   loadOptionsFromFlags,
+  type LoadSettings,
   loadSettings,
   type Machine,
   measureLoad,
@@ -252,11 +253,12 @@ export class WrongAnswersError extends Error {
   }
 }
 
-const PACKAGE_NAME = "com.example.app";
+/** The bench tenant's store B app. */
+export const PACKAGE_NAME = "com.example.app";
 /** Far above what one tenant can send here: the rate limiter must not be what is measured. */
-const RATE_LIMIT = "1000000";
+export const RATE_LIMIT = "1000000";
 /** The requests the open-loop generator sends are cut into this many connections, as wrk's. */
-const OPEN_LOOP_CONNECTIONS = 100;
+export const OPEN_LOOP_CONNECTIONS = 100;
 
 type Settings = VerifyBenchmarkResult["settings"];
 
@@ -448,6 +450,9 @@ interface StoreContext {
   serviceEnv: Record<string, string>;
   apiKey: string;
 }
+
+/** What the wrk script of {@linkcode writeWrkScript} sends: `bodyPrefix + id + bodySuffix`. */
+export type WrkRequests = Pick<StoreSpec, "path" | "ids" | "bodyPrefix" | "bodySuffix">;
 
 /** What differs between the stores' runs. */
 interface StoreSpec {
@@ -669,7 +674,7 @@ async function benchStore(context: StoreContext, spec: StoreSpec): Promise<Store
 }
 
 /** An App Store Server API token as the service signs it, for the proxies to send. */
-async function signStoreaToken(keyFile: string): Promise<string> {
+export async function signStoreaToken(keyFile: string): Promise<string> {
   const key = await importPKCS8(await Deno.readTextFile(keyFile), "ES256");
   const issuedAt = Math.floor(Date.now() / 1000) - 5;
   return await new SignJWT({ bid: STOREA_BUNDLE_ID })
@@ -682,7 +687,10 @@ async function signStoreaToken(keyFile: string): Promise<string> {
 }
 
 /** An access token for the bare proxy, from the simulator's token endpoint (JWT-bearer grant). */
-async function fetchStorebAccessToken(accountFile: string, tokenUrl: string): Promise<string> {
+export async function fetchStorebAccessToken(
+  accountFile: string,
+  tokenUrl: string,
+): Promise<string> {
   const account = JSON.parse(await Deno.readTextFile(accountFile));
   const key = await importPKCS8(account.private_key, "RS256");
   const issuedAt = Math.floor(Date.now() / 1000);
@@ -731,7 +739,7 @@ function summarizeServer(
 }
 
 /** The ratio of `ours` to `theirs` in each round, and the median of those. */
-function roundRatio<T>(ours: T[], theirs: T[], field: (run: T) => number): RoundRatio {
+export function roundRatio<T>(ours: T[], theirs: T[], field: (run: T) => number): RoundRatio {
   const rounds = ours.map((run, i) => field(run) / field(theirs[i]));
   return { rounds, median: median(rounds) };
 }
@@ -764,7 +772,7 @@ function summarize(
 // --- tenant -------------------------------------------------------------------------------------
 
 /** Migrates, then makes a tenant, a live API key and both stores' credentials through the CLI. */
-async function createTenant(
+export async function createTenant(
   env: Record<string, string>,
   files: { storeaKeyFile: string; storebAccountFile: string },
 ): Promise<{ tenantId: string; apiKey: string }> {
@@ -914,7 +922,7 @@ async function measureOpenLoop(
 }
 
 /** Checks that Node.js, which runs the open-loop generator, is installed. */
-async function checkNode(): Promise<void> {
+export async function checkNode(): Promise<void> {
   try {
     await new Deno.Command("node", { args: ["--version"], stdout: "null", stderr: "null" })
       .output();
@@ -936,7 +944,11 @@ async function checkNode(): Promise<void> {
  * every answer (status 200 and `marker` in the body), reporting the counts from `done`.
  * Arguments after `--`: thread count, id count, marker.
  */
-async function writeWrkScript(path: string, spec: StoreSpec, apiKey: string): Promise<string> {
+export async function writeWrkScript(
+  path: string,
+  spec: WrkRequests,
+  apiKey: string,
+): Promise<string> {
   // Lua long strings take the JSON fragments as they are, quotes included.
   const literal = (text: string) => `[==[${text}]==]`;
   const script = `-- Written by bench/verify.ts for ${spec.path}.
@@ -969,10 +981,10 @@ end
 }
 
 /** One wrk run of the target's script, with the counts of right and wrong answers it checked. */
-async function loadStore(
+export async function loadStore(
   url: string,
-  target: Target,
-  settings: Settings,
+  target: { script: string; marker: string },
+  settings: LoadSettings & { transactions: number },
   seconds: number,
 ): Promise<WrkFigures & { checkedGood: number; checkedBad: number }> {
   if (settings.transactions % settings.threads !== 0) {

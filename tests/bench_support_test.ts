@@ -1,6 +1,6 @@
 /**
- * The pure helpers of bench/support.ts and bench/report.ts with plain inputs, and scanStdout on a
- * real file.
+ * The pure helpers of bench/support.ts, bench/report.ts and bench/gateway.ts with plain inputs,
+ * and scanStdout on a real file.
  */
 import assert from "node:assert/strict";
 import {
@@ -25,6 +25,13 @@ import {
   replaceSections,
 } from "../bench/report.ts";
 import { commandLine, parseOnly } from "../bench/all.ts";
+import {
+  countsDelta,
+  type GatewayEndpointResult,
+  judgeAgainstVerify,
+  unexpectedCalls,
+  verdictsOf,
+} from "../bench/gateway.ts";
 
 const WRK_REPORT = `Running 10s test @ http://127.0.0.1:8080/health
   2 threads and 100 connections
@@ -277,4 +284,80 @@ Deno.test("bench support: the checked-answers Lua prints what parseCheckedAnswer
   });
   assert.equal(parseCheckedAnswers("checked: good 1 bad 0 wrapped 2 next 3\n").firstWrong, null);
   assert.throws(() => parseCheckedAnswers("checked: good 1 bad 0\n"), /no check counts/);
+});
+
+Deno.test("judgeAgainstVerify: within 10% of verify's ratios meets the goal, beyond does not", () => {
+  const verify = { endpoint: "POST /v1/storeb/verify", rpsRatio: 0.5, p99Ratio: 2 };
+  const judge = (rpsRatio: number, p99Ratio: number) =>
+    judgeAgainstVerify({ endpoint: "POST /v1/storeb/consume", rpsRatio, p99Ratio }, verify);
+  const close = judge(0.46, 2.18);
+  assert.deepEqual([close.rpsMet, close.p99Met], [true, true]);
+  assert.ok(Math.abs(close.minRpsRatio - 0.45) < 1e-9);
+  assert.ok(Math.abs(close.maxP99Ratio - 2.2) < 1e-9);
+  const far = judge(0.44, 2.3);
+  assert.deepEqual([far.rpsMet, far.p99Met], [false, false]);
+  // Doing better than verify (more req/s, a lower p99) always meets it.
+  const better = judge(0.9, 1.1);
+  assert.deepEqual([better.rpsMet, better.p99Met], [true, true]);
+  assert.equal(better.verify, "POST /v1/storeb/verify");
+});
+
+Deno.test("verdictsOf judges each new endpoint against its own store's verify", () => {
+  const result = (
+    endpoint: string,
+    store: "storea" | "storeb",
+    rps: number,
+    p99: number,
+  ) =>
+    ({
+      endpoint,
+      store,
+      isVerify: endpoint.endsWith("/verify"),
+      rpsRatio: { rounds: [rps], median: rps },
+      p99Ratio: { rounds: [p99], median: p99 },
+    }) as unknown as GatewayEndpointResult;
+  const verdicts = verdictsOf([
+    result("POST /v1/storea/verify", "storea", 0.3, 5),
+    result("POST /v1/storea/history", "storea", 0.28, 5.4),
+    result("POST /v1/storeb/verify", "storeb", 0.6, 2),
+    result("POST /v1/storeb/acknowledge", "storeb", 0.5, 2),
+  ]);
+  assert.deepEqual(
+    verdicts.map((v) => [v.endpoint, v.verify, v.rpsMet, v.p99Met]),
+    [
+      ["POST /v1/storea/history", "POST /v1/storea/verify", true, true],
+      ["POST /v1/storeb/acknowledge", "POST /v1/storeb/verify", false, true],
+    ],
+  );
+  assert.throws(
+    () => verdictsOf([result("POST /v1/storea/history", "storea", 0.3, 5)]),
+    /no verify of storea/,
+  );
+});
+
+Deno.test("unexpectedCalls wants each call once per answered request, no other call", () => {
+  const calls = ["product_read", "product_consume"];
+  const check = (upstreamCalls: Record<string, number>) =>
+    unexpectedCalls({ answered: 1000, upstreamCalls }, calls, 100);
+  assert.deepEqual(check({ product_read: 1000, product_consume: 1000 }), []);
+  // Requests in flight when each of the two wrk runs stopped reached the upstream unanswered.
+  assert.deepEqual(check({ product_read: 1200, product_consume: 1150 }), []);
+  // A write skipped (the purchase read as consumed already) is not the case measured.
+  assert.deepEqual(check({ product_read: 1000, product_consume: 999 }), [
+    "999 product_consume calls for 1000 answered requests (expected 1000 to 1200)",
+  ]);
+  assert.deepEqual(check({ product_read: 2000, product_consume: 1000 }), [
+    "2000 product_read calls for 1000 answered requests (expected 1000 to 1200)",
+  ]);
+  assert.deepEqual(check({ product_read: 1000, product_consume: 1000, subscription_read: 2 }), [
+    "2 unexpected subscription_read calls",
+  ]);
+});
+
+Deno.test("countsDelta keeps the counts that changed between two readings", () => {
+  assert.deepEqual(
+    countsDelta({ history: 10, transaction: 5 }, { history: 30, transaction: 5, consumption: 4 }),
+    { history: 20, consumption: 4 },
+  );
+  assert.deepEqual(countsDelta({}, {}), {});
 });
