@@ -38,6 +38,12 @@ import {
 import { formatRunCaption, replaceSections } from "./report.ts";
 import { formatHealthGoal, formatHealthTable, runHealthBenchmark } from "./health.ts";
 import { formatVerifyGoal, formatVerifyTable, runVerifyBenchmark } from "./verify.ts";
+import {
+  formatGatewayGoal,
+  formatGatewayRoundsTable,
+  formatGatewayTable,
+  runGatewayBenchmark,
+} from "./gateway.ts";
 import { formatJwsGoal, formatJwsTable, runJwsBenchmark } from "./storea_jws.ts";
 import {
   formatForgedChainsGoal,
@@ -126,7 +132,7 @@ export interface AllBenchmarksResult {
 /** The page's sections each benchmark writes. */
 export const SECTIONS: Record<BenchmarkName, readonly string[]> = {
   health: ["health"],
-  verify: ["verify-storea", "verify-storeb"],
+  verify: ["verify-storea", "verify-storeb", "verify-gateway", "verify-gateway-rounds"],
   jws: ["jws"],
   forged: ["forged-chains"],
   relay: ["relay", "relay-deliveries", "relay-rounds"],
@@ -220,15 +226,35 @@ async function runOne(
           formatVerifyGoal(store),
         );
       }
+      // The store gateway's endpoints beside verify, each against its bare proxy.
+      const gateway = await runGatewayBenchmark(load);
+      const gatewayHead = caption({
+        startedAt: gateway.startedAt,
+        busyBefore: gateway.machine.busyBefore,
+      });
+      sections["verify-gateway"] = join(
+        gatewayHead,
+        formatGatewayTable(gateway),
+        formatGatewayGoal(gateway),
+      );
+      sections["verify-gateway-rounds"] = formatGatewayRoundsTable(gateway);
       return {
         sections,
-        summary: result.stores.map((store) => [
-          store.endpoint,
-          `${store.service.median.requestsPerSecond.toFixed(0)} req/s`,
-          `${store.floor.median.requestsPerSecond.toFixed(0)} req/s (floor)`,
-          store.rpsRatio.median.toFixed(2),
-        ]),
-        result,
+        summary: [
+          ...result.stores.map((store) => [
+            store.endpoint,
+            `${store.service.median.requestsPerSecond.toFixed(0)} req/s`,
+            `${store.floor.median.requestsPerSecond.toFixed(0)} req/s (floor)`,
+            store.rpsRatio.median.toFixed(2),
+          ]),
+          ...gateway.endpoints.filter((endpoint) => !endpoint.isVerify).map((endpoint) => [
+            endpoint.endpoint,
+            `${endpoint.median.serviceRps.toFixed(0)} req/s`,
+            `${endpoint.median.bareRps.toFixed(0)} req/s (bare)`,
+            endpoint.rpsRatio.median.toFixed(2),
+          ]),
+        ],
+        result: { verify: result, gateway },
       };
     }
     case "jws": {
