@@ -12,11 +12,11 @@
  * comes, reaches the service as SIGTERM too.
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
 import { LAUNCHER_GREETING } from "../src/launcher_pipe.ts";
 
-const MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
+// Not node:url's fileURLToPath: loading Node's modules would delay every start (src/permissions.ts).
+const MAIN = decodeURIComponent(new URL("../main.ts", import.meta.url).pathname);
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 /** A signal that comes again within this time is the same one, delivered twice. */
 const DUPLICATE_SIGNAL_MS = 500;

@@ -5,13 +5,10 @@
  * environment), the compiled executable (scripts/compile.ts bakes in {@linkcode
  * executablePermissions}), the tests, the benchmarks and the demo.
  */
-import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
 import { type Config, ConfigError, configVariables, readConfig } from "./config.ts";
 import { LIBCRYPTO_PATHS } from "./crypto/es256.ts";
 import { CLOUD_METADATA_ADDRESSES } from "./delivery/special_addresses.ts";
-import { MIGRATIONS_DIR } from "./db/migrate.ts";
-import { TEMPLATE_URL } from "./db/embedded_template.ts";
+import { MIGRATIONS_DIR, TEMPLATE_URL } from "./db/files.ts";
 
 /** Where the compiled executable may read and write: the systemd unit's and the image's paths. */
 export const EXECUTABLE_PATHS = {
@@ -72,9 +69,9 @@ export function servicePermissions(
   const data = embedded || config.encryptionKey === null ? [config.dataDir] : [];
   return permissionFlags({
     reads: [
-      fileURLToPath(MIGRATIONS_DIR),
+      pathOf(MIGRATIONS_DIR),
       ...data,
-      ...(embedded ? [embeddedEngineFiles(), fileURLToPath(TEMPLATE_URL)] : []),
+      ...(embedded ? [embeddedEngineFiles(), pathOf(TEMPLATE_URL)] : []),
       ...config.storeaRootCerts,
       ...(config.databaseCaFile === null ? [] : [config.databaseCaFile]),
       ...fileOptions(args),
@@ -165,7 +162,18 @@ function permissionFlags(scope: Scope): string[] {
  * Deno's npm cache. (The compiled executable holds them inside, readable without a flag.)
  */
 function embeddedEngineFiles(): string {
-  return dirname(fileURLToPath(import.meta.resolve("@electric-sql/pglite")));
+  const entry = pathOf(new URL(import.meta.resolve("@electric-sql/pglite")));
+  return entry.slice(0, entry.lastIndexOf("/"));
+}
+
+/**
+ * The path of a `file:` URL. Written out rather than node:url's `fileURLToPath`: loading Node's
+ * path and URL modules cost `deno task start` about 20 ms before the service starts, and the
+ * service runs on Linux and macOS only, where a file URL's path is the path.
+ */
+function pathOf(url: URL): string {
+  if (url.protocol !== "file:") throw new Error(`not a file URL: ${url}`);
+  return decodeURIComponent(url.pathname);
 }
 
 /** An address as Deno's net flags take it: an IPv6 one in brackets. */

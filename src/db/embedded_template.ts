@@ -11,8 +11,9 @@
 import { join } from "node:path";
 import { extractTar, tarArchive, type TarEntry } from "./tar.ts";
 
-/** PGlite's initdb output, as a gzip-compressed tar of the data directory's contents. */
-export const TEMPLATE_URL: URL = new URL("./pglite_initdb.tar.gz", import.meta.url);
+import { TEMPLATE_URL } from "./files.ts";
+
+export { TEMPLATE_URL };
 
 /**
  * Makes `dir` hold a database: one that is there already is kept; a missing or empty `dir` gets

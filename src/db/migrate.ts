@@ -11,8 +11,9 @@
  */
 import type { Sql } from "./connect.ts";
 
-/** The migration files' folder: read at boot (src/permissions.ts grants it). */
-export const MIGRATIONS_DIR = new URL("../../migrations/", import.meta.url);
+import { MIGRATIONS_DIR } from "./files.ts";
+
+export { MIGRATIONS_DIR };
 /** An arbitrary, fixed advisory-lock key for migrations. */
 const MIGRATION_LOCK = 7_263_005_101;
 
