@@ -790,6 +790,11 @@ export const anyPath: fc.Arbitrary<string> = fc.oneof(
       "/ready",
       "/v1/storea/verify",
       "/v1/storeb/verify",
+      "/v1/storeb/acknowledge",
+      "/v1/storeb/consume",
+      "/v1/storea/subscriptions",
+      "/v1/storea/history",
+      "/v1/storea/consumption",
       "/v1/webhooks/storea/tenant_01ARZ3NDEKTSV4RRFFQ69G5FAV",
       "/v1/webhooks/storeb/tenant_01ARZ3NDEKTSV4RRFFQ69G5FAV",
     ),
@@ -802,6 +807,8 @@ export const anyPath: fc.Arbitrary<string> = fc.oneof(
         "/ready",
         "/v1/storea/verify",
         "/v1/storeb/verify",
+        "/v1/storeb/acknowledge",
+        "/v1/storea/history",
         "/v1/webhooks/storea/x",
         "/v1/webhooks/storeb/x",
       ),
@@ -827,7 +834,21 @@ export const anyPath: fc.Arbitrary<string> = fc.oneof(
     weight: 2,
     arbitrary: fc.array(
       fc.oneof(
-        fc.constantFrom("v1", "v2", "health", "ready", "storea", "storeb", "webhooks", "verify"),
+        fc.constantFrom(
+          "v1",
+          "v2",
+          "health",
+          "ready",
+          "storea",
+          "storeb",
+          "webhooks",
+          "verify",
+          "acknowledge",
+          "consume",
+          "subscriptions",
+          "history",
+          "consumption",
+        ),
         fc.constantFrom("", ".", "..", "%2e", "HEALTH", "V1", "%76%31"),
         fc.string({ unit: "binary", maxLength: 10 }).map((s) =>
           encodeURIComponent(s.toWellFormed())
@@ -875,6 +896,35 @@ export function storeaBodyViolation(body: unknown): string | null {
 
 /** Why this store B verify body is invalid, or null when the documented rules accept it. */
 export function storebBodyViolation(body: unknown): string | null {
+  const purchase = storebPurchaseViolation(body);
+  if (purchase !== null) return purchase;
+  const { type, acknowledge } = body as Record<string, unknown>;
+  if (type !== "subscription" && type !== "product") return "type";
+  if (acknowledge !== undefined && typeof acknowledge !== "boolean") return "acknowledge";
+  return null;
+}
+
+/** Why this store B acknowledge body is invalid (verify's fields, no `acknowledge`), or null. */
+export function storebAcknowledgeBodyViolation(body: unknown): string | null {
+  const purchase = storebPurchaseViolation(body);
+  if (purchase !== null) return purchase;
+  const { type, acknowledge } = body as Record<string, unknown>;
+  if (type !== "subscription" && type !== "product") return "type";
+  if (acknowledge !== undefined) return "acknowledge is an unknown field here";
+  return null;
+}
+
+/** Why this store B consume body is invalid (one-time products: no `type`), or null. */
+export function storebConsumeBodyViolation(body: unknown): string | null {
+  const purchase = storebPurchaseViolation(body);
+  if (purchase !== null) return purchase;
+  const { type, acknowledge } = body as Record<string, unknown>;
+  if (type !== undefined || acknowledge !== undefined) return "an unknown field";
+  return null;
+}
+
+/** The fields every store B body shares: package, product and token. */
+function storebPurchaseViolation(body: unknown): string | null {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return "not an object";
   const fields = body as Record<string, unknown>;
   for (const [name, max] of [["packageName", 200], ["productId", 200], ["purchaseToken", 4096]]) {
@@ -883,7 +933,123 @@ export function storebBodyViolation(body: unknown): string | null {
     if (value.length === 0 || tooLong(value, max as number)) return `${name} length`;
     if (name !== "packageName" && isDotSegment(value)) return `${name} is a dot segment`;
   }
-  if (fields.type !== "subscription" && fields.type !== "product") return "type";
+  return null;
+}
+
+/**
+ * Dates a history filter may carry, with what they mean in epoch milliseconds, or null for those
+ * the documented rules refuse (no zone, no seconds, not a day of the calendar, before 1970).
+ */
+export const HISTORY_DATES: Readonly<Record<string, number | null>> = {
+  "2026-01-01T00:00:00Z": Date.UTC(2026, 0, 1),
+  "2026-03-01T12:30:00.250+02:00": Date.UTC(2026, 2, 1, 10, 30, 0, 250),
+  "1970-01-01T00:00:00Z": 0,
+  "2030-12-31T23:59:59.999-05:00": Date.UTC(2031, 0, 1, 4, 59, 59, 999),
+  "2026-01-01": null,
+  "2026-01-01T00:00:00": null,
+  "2026-01-01T00:00Z": null,
+  "2026-02-30T00:00:00Z": null,
+  "1969-12-31T23:59:59Z": null,
+  "yesterday": null,
+};
+
+/** The product types of a history filter. */
+export const HISTORY_PRODUCT_TYPES = [
+  "AUTO_RENEWABLE",
+  "NON_RENEWABLE",
+  "CONSUMABLE",
+  "NON_CONSUMABLE",
+] as const;
+
+/** The most items an array filter of history may hold. */
+export const HISTORY_FILTER_LIMIT = 50;
+
+/**
+ * Why this store A history body is invalid, or null when the documented rules accept it. Date
+ * strings must be keys of {@linkcode HISTORY_DATES}; the fuzzer sends no other.
+ */
+export function storeaHistoryBodyViolation(body: unknown): string | null {
+  const verify = storeaBodyViolation(body);
+  if (verify !== null) return verify;
+  const fields = body as Record<string, unknown>;
+  const { revision, sort, startDate, endDate, inAppOwnershipType, revoked } = fields;
+  if (revision !== undefined) {
+    if (typeof revision !== "string" || !revision.isWellFormed()) return "revision";
+    if (revision.length === 0 || tooLong(revision, 1024)) return "revision length";
+  }
+  if (sort !== undefined && sort !== "ascending" && sort !== "descending") return "sort";
+  const dates: Record<string, number | undefined> = {};
+  for (const [name, value] of [["startDate", startDate], ["endDate", endDate]] as const) {
+    if (value === undefined) continue;
+    if (typeof value !== "string" || !(value in HISTORY_DATES)) return `${name} is not a date`;
+    const epoch = HISTORY_DATES[value];
+    if (epoch === null) return `${name} is not a date the rules accept`;
+    dates[name] = epoch;
+  }
+  if (
+    dates.startDate !== undefined && dates.endDate !== undefined &&
+    dates.startDate >= dates.endDate
+  ) return "endDate is not after startDate";
+  for (const name of ["productIds", "subscriptionGroupIdentifiers"]) {
+    const list = fields[name];
+    if (list === undefined) continue;
+    if (!Array.isArray(list) || list.length > HISTORY_FILTER_LIMIT) return name;
+    const bad = list.some((item) =>
+      typeof item !== "string" || item.length === 0 || item.length > 200 || !item.isWellFormed()
+    );
+    if (bad) return `an item of ${name}`;
+  }
+  const types = fields.productTypes;
+  if (types !== undefined) {
+    if (!Array.isArray(types) || types.length > HISTORY_FILTER_LIMIT) return "productTypes";
+    if (types.some((type) => !(HISTORY_PRODUCT_TYPES as readonly unknown[]).includes(type))) {
+      return "an item of productTypes";
+    }
+  }
+  if (
+    inAppOwnershipType !== undefined && inAppOwnershipType !== "FAMILY_SHARED" &&
+    inAppOwnershipType !== "PURCHASED"
+  ) return "inAppOwnershipType";
+  if (revoked !== undefined && typeof revoked !== "boolean") return "revoked";
+  return null;
+}
+
+/** Apple's `deliveryStatus` values. */
+export const DELIVERY_STATUSES = [
+  "DELIVERED",
+  "UNDELIVERED_QUALITY_ISSUE",
+  "UNDELIVERED_WRONG_ITEM",
+  "UNDELIVERED_SERVER_OUTAGE",
+  "UNDELIVERED_OTHER",
+] as const;
+
+/** Apple's `refundPreference` values. */
+export const REFUND_PREFERENCES = ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"] as const;
+
+/**
+ * Why this store A consumption body is invalid, or null when the documented rules accept it:
+ * each field's values, the customer's consent, and Apple's two rules between fields.
+ */
+export function storeaConsumptionBodyViolation(body: unknown): string | null {
+  const verify = storeaBodyViolation(body);
+  if (verify !== null) return verify;
+  const fields = body as Record<string, unknown>;
+  if (fields.customerConsented !== true) return "customerConsented";
+  if (typeof fields.sampleContentProvided !== "boolean") return "sampleContentProvided";
+  const { deliveryStatus, consumptionPercentage: percentage, refundPreference } = fields;
+  if (!(DELIVERY_STATUSES as readonly unknown[]).includes(deliveryStatus)) return "deliveryStatus";
+  if (
+    refundPreference !== undefined &&
+    !(REFUND_PREFERENCES as readonly unknown[]).includes(refundPreference)
+  ) return "refundPreference";
+  if (percentage === undefined) return null;
+  if (!Number.isInteger(percentage) || (percentage as number) < 0 || (percentage as number) > 1e5) {
+    return "consumptionPercentage";
+  }
+  if (deliveryStatus !== "DELIVERED" && percentage !== 0) return "a percentage of the undelivered";
+  if (refundPreference === "GRANT_PRORATED" && (percentage === 0 || percentage === 1e5)) {
+    return "a prorated refund of all or nothing";
+  }
   return null;
 }
 
@@ -1910,7 +2076,9 @@ function developerNotification(
         ...common,
         voidedPurchaseNotification: {
           purchaseToken,
-          orderId: "GPA.1234-5678-9012-34567",
+          // One order per purchase: a voided purchase is known by its order id, so a fixed one
+          // would make every voided notification after the first a duplicate.
+          orderId: `GPA.${String(Math.floor(Math.random() * 1e16)).padStart(16, "0")}`,
           productType: 2,
           refundType: 1 + (notificationType % 2),
         },
