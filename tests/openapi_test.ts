@@ -156,6 +156,7 @@ const SPEC_CODES: Record<string, Record<string, string[]>> = {
     "400": ["INVALID_REQUEST", "CREDENTIALS_MISSING"],
     "401": ["SIGNATURE_INVALID"],
     "404": ["TENANT_NOT_FOUND"],
+    "429": ["RATE_LIMITED"],
     "500": ["INTERNAL_ERROR"],
   },
   "POST /v1/webhooks/storeb/{tenantId}": {
@@ -1710,6 +1711,38 @@ Deno.test("openapi.yaml describes the real service's answers and deliveries", as
       const unknown = await notifyA(renewal, "tenant_01KA1D4C7W5GQ0VZ3RJ8N2T6XE");
       assert.equal(unknown.json.error, "TENANT_NOT_FOUND");
       assert.equal((await notifyA(renewal, bare.tenantId)).json.error, "CREDENTIALS_MISSING");
+    });
+
+    await t.step("store A receiver: 429 once chains never seen spend their budget", async () => {
+      // A known chain with its leaf's last byte changed, a new way each time: every one is a
+      // chain the service has never seen, and is refused 429 unchecked once the budget is spent.
+      const genuine = (await signedNotification({ notificationType: "TEST" })).signedPayload;
+      const [header, payload, signature] = genuine.split(".");
+      const decoded = JSON.parse(
+        new TextDecoder().decode(Uint8Array.fromBase64(header, { alphabet: "base64url" })),
+      );
+      const unseen = (i: number) => {
+        const leaf = Uint8Array.fromBase64(decoded.x5c[0]);
+        leaf[leaf.length - 1] ^= i;
+        const edited = { ...decoded, x5c: [leaf.toBase64(), ...decoded.x5c.slice(1)] };
+        const text = new TextEncoder().encode(JSON.stringify(edited));
+        return {
+          signedPayload: `${
+            text.toBase64({ alphabet: "base64url", omitPadding: true })
+          }.${payload}.${signature}`,
+        };
+      };
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => notifyA(unseen(i + 1))),
+      );
+      const codes = new Set(answers.map((answer) => answer.json.error));
+      assert.deepEqual([...codes].sort(), ["RATE_LIMITED", "SIGNATURE_INVALID"]);
+      for (const answer of answers.filter((answer) => answer.status === 429)) {
+        assert.equal(
+          Number(answer.headers.get("retry-after")),
+          answer.json.details.retryAfterSeconds,
+        );
+      }
     });
 
     await t.step("a delivery answered 500 is retried with the same event and body", async () => {
