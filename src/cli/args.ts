@@ -131,7 +131,13 @@ export function parseCommandArgs(
         continue;
       }
       let value = match[2];
-      if (value === undefined) {
+      if (declared[name].flag) {
+        if (value !== undefined) {
+          problems.push(new UsageError(`--${name} takes no value`, { command }));
+          continue;
+        }
+        value = "true";
+      } else if (value === undefined) {
         const next = args[i + 1];
         // A value that looks like an option is most likely a forgotten value.
         if (next === undefined || (next.startsWith("-") && next !== "-")) {

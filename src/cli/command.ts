@@ -9,10 +9,15 @@ import type { Database } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import { RelayError } from "../errors.ts";
 
-/** One option of a command. Every option takes a value (`--name NAME` or `--name=NAME`). */
+/**
+ * One option of a command. Every option takes a value (`--name NAME` or `--name=NAME`), except a
+ * flag, which takes none.
+ */
 export interface OptionSpec {
-  /** The value's placeholder in usage, e.g. `NAME`. */
+  /** The value's placeholder in usage, e.g. `NAME`; empty for a flag. */
   value: string;
+  /** Takes no value: given, the handler gets `"true"`; absent, undefined. */
+  flag?: boolean;
   /** What it means, one line. */
   summary: string;
   /** Missing or blank: a usage error before the handler runs. */

@@ -5,7 +5,7 @@
  * @module
  */
 import { GLOBAL_FLAGS } from "./args.ts";
-import { type CommandGroup, commandName, type CommandSpec } from "./command.ts";
+import { type CommandGroup, commandName, type CommandSpec, type OptionSpec } from "./command.ts";
 
 const PROGRAM = "purchase-relay";
 const WIDTH = 80;
@@ -16,7 +16,7 @@ export function synopses(command: CommandSpec): string[] {
   if (command.usage) return command.usage.map((form) => `${name} ${form}`.trimEnd());
   const parts = [name, ...(command.args ?? [])];
   for (const [option, spec] of Object.entries(command.options ?? {})) {
-    const text = `--${option} ${spec.value}`;
+    const text = optionText(option, spec);
     parts.push(spec.required ? text : `[${text}]`);
   }
   return [parts.join(" ")];
@@ -33,7 +33,7 @@ export function commandHelp(command: CommandSpec): string {
   );
   lines.push("", ...wrap(command.description, WIDTH, ""));
   const rows = Object.entries(command.options ?? {}).map(([option, spec]) => ({
-    flag: `--${option} ${spec.value}`,
+    flag: optionText(option, spec),
     summary: optionSummary(spec.summary, spec.required, spec.default),
   }));
   if (rows.length > 0) lines.push("", "Options:", ...columns(rows));
@@ -106,7 +106,7 @@ export function referenceMarkdown(groups: readonly CommandGroup[]): string {
       );
       parts.push(command.description);
       const options = Object.entries(command.options ?? {}).map(([option, spec]) =>
-        `- \`--${option} ${spec.value}\`: ${
+        `- \`${optionText(option, spec)}\`: ${
           optionSummary(spec.summary, spec.required, spec.default)
         }.`
       );
@@ -114,6 +114,11 @@ export function referenceMarkdown(groups: readonly CommandGroup[]): string {
     }
   }
   return `${parts.join("\n\n")}\n`;
+}
+
+/** `--name VALUE`, or `--name` for a flag. */
+function optionText(option: string, spec: OptionSpec): string {
+  return spec.flag ? `--${option}` : `--${option} ${spec.value}`;
 }
 
 function optionSummary(summary: string, required?: boolean, fallback?: string): string {
