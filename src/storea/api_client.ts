@@ -187,6 +187,112 @@ export class StoreaApiClient {
   }
 }
 
+/** Get Notification History's filters (epoch milliseconds), as Apple's request body names them. */
+export interface NotificationHistoryQuery {
+  startDate: number;
+  endDate: number;
+  /** Only the notifications that have not reached the service (or that Apple still retries). */
+  onlyFailures?: boolean;
+  transactionId?: string;
+  notificationType?: string;
+  notificationSubtype?: string;
+}
+
+/** One attempt of the App Store to post a notification. */
+export interface NotificationSendAttempt {
+  /** Epoch milliseconds. */
+  attemptDate: number;
+  /** `SUCCESS`, or what the App Store met: `TIMED_OUT`, `TLS_ISSUE`, `NO_RESPONSE`... */
+  sendAttemptResult: string;
+}
+
+/** One record of the notification history: the notification, not yet verified, and its attempts. */
+export interface NotificationHistoryRecord {
+  /** The JWS as Apple returned it: anything until it verifies (a non-string is invalid). */
+  signedPayload: unknown;
+  sendAttempts: NotificationSendAttempt[];
+}
+
+/** What Get Notification History answered for one page. */
+export type NotificationHistoryPage =
+  | {
+    kind: "page";
+    records: NotificationHistoryRecord[];
+    hasMore: boolean;
+    /** For the next page; null when Apple sent none. */
+    paginationToken: string | null;
+  }
+  /** 401: a bad key, or production for an app never released. */
+  | { kind: "unauthorized" }
+  /** Apple's 400: a pagination token it no longer takes, dates out of its range... */
+  | { kind: "refused"; upstreamCode: number | null; errorMessage: string | null };
+
+/**
+ * One page of Get Notification History (`POST /inApps/v1/notifications/history`) in
+ * `environment`: the notifications the App Store sent or tried to send in the window, at most 20
+ * a page. A read, so retried once like the other reads.
+ * @throws {ServiceError} as {@linkcode StoreaApiClient.send}, and 502 `APPLE_API_ERROR` for a 404
+ * or an answer without the history.
+ */
+export async function getNotificationHistory(
+  client: StoreaApiClient,
+  credentials: StoreaCredentials,
+  query: NotificationHistoryQuery,
+  options: { environment: StoreaEnvironmentName; signal: AbortSignal; paginationToken?: string },
+): Promise<NotificationHistoryPage> {
+  const answer = await client.send(credentials, {
+    operation: "notification_history",
+    method: "POST",
+    path: "/inApps/v1/notifications/history",
+    query: options.paginationToken === undefined
+      ? []
+      : [["paginationToken", options.paginationToken]],
+    body: query,
+    idempotent: true,
+    answersBadRequest: true,
+  }, options);
+  switch (answer.kind) {
+    case "unauthorized":
+      return answer;
+    case "bad_request":
+      return {
+        kind: "refused",
+        upstreamCode: answer.upstreamCode,
+        errorMessage: answer.errorMessage,
+      };
+    case "not_found":
+      throw new ServiceError("APPLE_API_ERROR", "the App Store answered 404 to the history", {
+        details: { status: 404, upstreamCode: answer.upstreamCode },
+      });
+  }
+  const body = answer.body ?? {};
+  const history = body.notificationHistory ?? [];
+  if (
+    !Array.isArray(history) || (body.hasMore !== undefined && typeof body.hasMore !== "boolean")
+  ) {
+    throw unexpectedBody("with a notification history of the wrong shape", answer.status);
+  }
+  const token = body.paginationToken;
+  return {
+    kind: "page",
+    records: history.map((item) => {
+      const record = objectOrNull(item) ?? {};
+      const attempts = Array.isArray(record.sendAttempts) ? record.sendAttempts : [];
+      return {
+        signedPayload: record.signedPayload,
+        sendAttempts: attempts.flatMap((attempt) => {
+          const { attemptDate, sendAttemptResult } = objectOrNull(attempt) ?? {};
+          return typeof attemptDate === "number" && typeof sendAttemptResult === "string"
+            ? [{ attemptDate, sendAttemptResult }]
+            : [];
+        }),
+      };
+    }),
+    hasMore: body.hasMore === true,
+    paginationToken: typeof token === "string" && token !== "" ? token : null,
+  };
+}
+
 /** 502 for a success whose body is not what the call returns. */
 function unexpectedBody(what: string, status: number): ServiceError {
   return new ServiceError("APPLE_API_ERROR", `the App Store answered ${what}`, {

@@ -1,6 +1,7 @@
 /**
  * The Play Developer API calls of store B: the lookups of verification (purchases.subscriptionsv2
- * and purchases.products), with the retries that are safe for a read: one after a 5xx or a network
+ * and purchases.products) and the recovery's list of voided purchases
+ * (purchases.voidedpurchases), with the retries that are safe for a read: one after a 5xx or a network
  * failure, and one with a fresh token after a 401, all under one deadline; and the writes of the
  * store actions (acknowledge, consume), which are retried here only after a 401, when Google
  * certainly did nothing. Whether a write whose answer was lost took effect is the caller's
@@ -26,6 +27,20 @@ const RETRY_PAUSE_MS = 100;
 export type PurchaseQuery =
   | { type: "subscription"; packageName: string; purchaseToken: string }
   | { type: "product"; packageName: string; productId: string; purchaseToken: string };
+
+/**
+ * One page of voided purchases to list: voided (as Google's systems saw them) from `startTime` to
+ * `endTime`, epoch milliseconds; `token` for a page after the first. Subscriptions are included
+ * (`type=1`), and so are quantity-based partial refunds.
+ */
+export interface VoidedPurchasesQuery {
+  packageName: string;
+  startTime: number;
+  endTime: number;
+  /** Voided purchases per page; Google takes at most 1000. */
+  maxResults: number;
+  token?: string;
+}
 
 /**
  * A change to make at the store: acknowledge a subscription (`productId` is its subscription id)
@@ -97,14 +112,45 @@ export class StorebApiClient {
     });
   }
 
-  async #lookUp(
+  /**
+   * Lists the purchases Google voided (purchases.voidedpurchases.list) in one page, and returns
+   * the final answer, whatever its status: a read, retried as a lookup is. Throws 502
+   * `GOOGLE_API_ERROR` when no answer arrived in time, and the token source's errors.
+   */
+  listVoidedPurchases(
+    account: ServiceAccount,
+    query: VoidedPurchasesQuery,
+    options: GetPurchaseOptions & { signal?: AbortSignal } = {},
+  ): Promise<UpstreamResponse> {
+    return withSpan("purchase_relay.storeb.voided_purchases", {
+      [ATTR.store]: "storeb",
+    }, async (span) => {
+      const response = await this.#read(account, this.#voidedPurchasesUrl(query), options);
+      span?.setAttribute(ATTR.outcome, String(response.status));
+      return response;
+    });
+  }
+
+  #lookUp(
     account: ServiceAccount,
     query: PurchaseQuery,
     options: GetPurchaseOptions,
   ): Promise<UpstreamResponse> {
+    return this.#read(account, this.#purchaseUrl(query), options);
+  }
+
+  async #read(
+    account: ServiceAccount,
+    url: string,
+    options: GetPurchaseOptions & { signal?: AbortSignal },
+  ): Promise<UpstreamResponse> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const { signal: deadline, clear } = timeoutSignal(timeoutMs);
-    const url = this.#purchaseUrl(query);
+    const timeout = timeoutSignal(timeoutMs);
+    const clear = timeout.clear;
+    // The caller's signal (a job stopping) ends the read like the deadline does.
+    const deadline = options.signal === undefined
+      ? timeout.signal
+      : AbortSignal.any([timeout.signal, options.signal]);
     let retried = false;
     let refreshedToken = false;
     try {
@@ -253,6 +299,21 @@ export class StorebApiClient {
     return query.type === "subscription"
       ? `${app}/subscriptionsv2/tokens/${token}`
       : `${app}/products/${encodeURIComponent(query.productId)}/tokens/${token}`;
+  }
+
+  // The query's values are the service's own (times, a page token Google gave).
+  #voidedPurchasesUrl(query: VoidedPurchasesQuery): string {
+    const params = new URLSearchParams({
+      startTime: String(query.startTime),
+      endTime: String(query.endTime),
+      type: "1",
+      includeQuantityBasedPartialRefund: "true",
+      maxResults: String(query.maxResults),
+    });
+    if (query.token !== undefined) params.set("token", query.token);
+    return `${this.#apiUrl}/androidpublisher/v3/applications/${
+      encodeURIComponent(query.packageName)
+    }/purchases/voidedpurchases?${params}`;
   }
 
   // The same segments as a lookup's; `:` in a token or product id is percent-encoded, so the

@@ -6,7 +6,8 @@
  */
 import type { StorebCredentials } from "../db/credentials.ts";
 import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
-import { StorebApiClient } from "./api_client.ts";
+import { StorebApiClient, type VoidedPurchasesQuery } from "./api_client.ts";
+import type { UpstreamResponse } from "./upstream.ts";
 import type { ProductPurchase, SubscriptionPurchase } from "./purchase.ts";
 import { lookUpPurchase } from "./lookup.ts";
 import {
@@ -176,6 +177,22 @@ export class StorebVerifier {
       this.#contextOf(credentials),
       request,
       new ActionBudget(this.#timeoutMs),
+    );
+  }
+
+  /**
+   * One page of the purchases Google voided for the tenant's package, read with verify's client
+   * and token cache, whatever its status: the recovery of missed notifications reads it.
+   */
+  voidedPurchases(
+    credentials: StorebCredentials,
+    query: Omit<VoidedPurchasesQuery, "packageName">,
+    options: { timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<UpstreamResponse> {
+    return this.#client.listVoidedPurchases(
+      this.#accountOf(credentials),
+      { ...query, packageName: credentials.packageName },
+      { timeoutMs: options.timeoutMs ?? this.#timeoutMs, signal: options.signal },
     );
   }
 
