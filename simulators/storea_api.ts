@@ -2,7 +2,10 @@
  * A fake App Store Server API on loopback, for tests, the demo and tenant developers: Get
  * Transaction Info, Get All Subscription Statuses, Get Transaction History (v2, in pages), Send
  * Consumption Information (v2), Request a Test Notification (which really posts a signed TEST
- * notification to the app's notification URL) and Get Test Notification Status. It checks the
+ * notification to the app's notification URL), Get Test Notification Status, and Get Notification
+ * History: every notification it posted ({@linkcode StoreaApiSimulator.sendNotification}, test
+ * notifications included) or was told it failed to deliver
+ * ({@linkcode StoreaApiSimulator.recordNotification}), with its send attempts. It checks the
  * bearer JWT as Apple does, answers from registered transactions, validates what it is sent as
  * Apple documents it, and can be scripted to fail the way Apple fails: 429 with a Retry-After in
  * epoch milliseconds, 5xx, slow answers, and connections closed without an answer.
@@ -22,6 +25,7 @@ import {
 } from "./loopback_http.ts";
 import {
   compactVerify,
+  decodeJwt,
   decodeProtectedHeader,
   exportJWK,
   importJWK,
@@ -51,7 +55,9 @@ export type StoreaApiOperation =
   /** `POST /inApps/v1/notifications/test` (Request a Test Notification). */
   | "test_notification"
   /** `GET /inApps/v1/notifications/test/{testNotificationToken}` (Get Test Notification Status). */
-  | "test_notification_status";
+  | "test_notification_status"
+  /** `POST /inApps/v1/notifications/history` (Get Notification History). */
+  | "notification_history";
 
 /** Error bodies exactly as the App Store Server API sends them. */
 export const STOREA_API_ERRORS = {
@@ -124,6 +130,27 @@ export const STOREA_API_ERRORS = {
     errorMessage:
       "Invalid request. The consumption percentage must be zero for the provided delivery status.",
   },
+  startDateTooFarInPast: {
+    errorCode: 4000012,
+    errorMessage: "Invalid request. The start date is earlier than the allowed start date.",
+  },
+  invalidPaginationToken: {
+    errorCode: 4000014,
+    errorMessage: "Invalid request. The pagination token is invalid.",
+  },
+  paginationTokenExpired: {
+    errorCode: 4000017,
+    errorMessage: "Invalid request. The pagination token is expired.",
+  },
+  invalidNotificationType: {
+    errorCode: 4000018,
+    errorMessage: "Invalid request. The notification type or subtype is invalid.",
+  },
+  multipleFiltersSupplied: {
+    errorCode: 4000019,
+    errorMessage:
+      "Invalid request. Supply either a transaction id or a notification type, but not both.",
+  },
   transactionIdNotFound: { errorCode: 4040010, errorMessage: "Transaction id not found." },
   serverNotificationUrlNotFound: {
     errorCode: 4040007,
@@ -148,6 +175,10 @@ export const STOREA_API_AUDIENCE = "appstoreconnect-v1";
 
 /** Transactions per page of Get Transaction History, as Apple sends them. */
 export const STOREA_HISTORY_PAGE_SIZE = 20;
+/** Records per page of Get Notification History, as Apple sends them. */
+export const STOREA_NOTIFICATION_HISTORY_PAGE_SIZE = 20;
+/** How far back Get Notification History reaches: 180 days in production, 30 in sandbox. */
+export const STOREA_NOTIFICATION_HISTORY_DAYS = { production: 180, sandbox: 30 } as const;
 
 /**
  * What the App Store met when it posted a notification (Apple's `sendAttemptResult`): `SUCCESS`
@@ -235,8 +266,12 @@ export interface StoreaApiRequestRecord {
   status: number | null;
   /** Why the bearer token was refused, when it was (status 401). */
   authFailure?: string;
+  /** The JSON body of a notification history request, as sent. */
+  body?: Record<string, unknown>;
   /** Arrival time, epoch milliseconds. */
   at: number;
+  /** When the answer was sent (or the call dropped), epoch milliseconds. */
+  answeredAt: number;
 }
 
 /** Consumption information the simulator accepted (answered 202). */
@@ -257,6 +292,23 @@ export interface StoreaSentNotification {
   attempt: StoreaSendAttempt;
   /** The receiver's HTTP status, or null when none came. */
   responseStatus: number | null;
+}
+
+/** A notification in the App Store's notification history, with its attempts so far. */
+export interface StoreaHistoryRecord {
+  environment: StoreaApiEnvironment;
+  bundleId: string;
+  notificationUUID: string;
+  /** `notificationType` and `subtype`, for the history's filters. */
+  notificationType: string;
+  subtype: string | null;
+  /** The original transaction id of the notification's transaction, if any. */
+  originalTransactionId: string | null;
+  /** When the history dates it (its `signedDate`), epoch milliseconds. */
+  date: number;
+  signedPayload: string;
+  /** Every attempt to post it, oldest first (Apple lists at most six). */
+  sendAttempts: StoreaSendAttempt[];
 }
 
 /** What a subscription's status lookup answers for one original transaction. */
@@ -284,6 +336,11 @@ export interface StoreaApiSimulatorOptions {
   notificationTimeoutMs?: number;
   /** Transactions per history page. Default {@link STOREA_HISTORY_PAGE_SIZE}. */
   historyPageSize?: number;
+  /**
+   * Records per notification history page. Default
+   * {@link STOREA_NOTIFICATION_HISTORY_PAGE_SIZE}.
+   */
+  notificationHistoryPageSize?: number;
 }
 
 /** A running fake App Store Server API. */
@@ -333,6 +390,28 @@ export interface StoreaApiSimulator {
   ): Promise<string | null>;
   /** Sets (or, with `url: null`, removes) where an app's notifications are posted. */
   setNotificationUrl(config: StoreaNotificationUrl): void;
+  /**
+   * Every notification the App Store posted or tried to, oldest first, as Get Notification
+   * History lists them (one record per notification, with all its attempts). Tests may clear it.
+   */
+  readonly notificationHistory: StoreaHistoryRecord[];
+  /**
+   * Posts a signed notification to its app's notification URL for its environment (both read from
+   * the payload), once, as the App Store does, and keeps it in the notification history with the
+   * attempt: `SUCCESS` for a 2xx answer, else what failed (`TIMED_OUT`, `NO_RESPONSE`...). Without
+   * a URL for the app, the attempt is `NO_RESPONSE` and nothing is posted. Sending the same
+   * notification again adds an attempt, as Apple's retries do.
+   */
+  sendNotification(signedPayload: string): Promise<StoreaSendAttempt>;
+  /**
+   * Keeps a notification in the history as if the App Store had tried to post it and failed,
+   * without posting anything: a notification lost on the way. Default: one `TIMED_OUT` attempt
+   * now. Returns the record.
+   */
+  recordNotification(
+    signedPayload: string,
+    options?: { sendAttempts?: StoreaSendAttempt[] },
+  ): StoreaHistoryRecord;
   /** Queues an answer for the next call(s) to `environment`, after earlier queued ones. */
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void;
   /** Drops the answers still queued for `environment`, or for both when omitted. */
@@ -411,6 +490,11 @@ const ROUTES: { pattern: RegExp; method: string; operation: StoreaApiOperation }
     method: "GET",
     operation: "test_notification_status",
   },
+  {
+    pattern: /^\/(production|sandbox)\/inApps\/v1\/notifications\/history()$/,
+    method: "POST",
+    operation: "notification_history",
+  },
 ];
 const MAX_TOKEN_LIFETIME_SECONDS = 3600;
 const MAX_REQUEST_BODY_BYTES = 64 * 1024;
@@ -455,6 +539,17 @@ interface TestNotification {
   sendAttempts: StoreaSendAttempt[];
 }
 
+/** What the history keeps of a notification, read from its (unverified) payload. */
+interface NotificationFacts {
+  environment: StoreaApiEnvironment;
+  bundleId: string;
+  notificationUUID: string;
+  notificationType: string;
+  subtype: string | null;
+  originalTransactionId: string | null;
+  date: number;
+}
+
 interface Answer {
   status: number;
   body?: unknown;
@@ -484,11 +579,13 @@ class ApiSimulator implements StoreaApiSimulator {
   readonly requests: StoreaApiRequestRecord[] = [];
   readonly consumptionRequests: StoreaConsumptionRecord[] = [];
   readonly sentNotifications: StoreaSentNotification[] = [];
+  readonly notificationHistory: StoreaHistoryRecord[] = [];
   productionUnauthorized: boolean;
   readonly #signer: StoreaSigner;
   readonly #toleranceSeconds: number;
   readonly #notificationTimeoutMs: number;
   readonly #historyPageSize: number;
+  readonly #notificationHistoryPageSize: number;
   readonly #keys = new Map<string, RegisteredKey>();
   readonly #transactions = {
     production: new Map<string, StoredTransaction>(),
@@ -524,6 +621,8 @@ class ApiSimulator implements StoreaApiSimulator {
     this.#toleranceSeconds = options.clockToleranceSeconds ?? 10;
     this.#notificationTimeoutMs = options.notificationTimeoutMs ?? 5_000;
     this.#historyPageSize = options.historyPageSize ?? STOREA_HISTORY_PAGE_SIZE;
+    this.#notificationHistoryPageSize = options.notificationHistoryPageSize ??
+      STOREA_NOTIFICATION_HISTORY_PAGE_SIZE;
     this.productionUnauthorized = options.productionUnauthorized ?? false;
     for (const config of options.notificationUrls ?? []) this.setNotificationUrl(config);
   }
@@ -601,6 +700,52 @@ class ApiSimulator implements StoreaApiSimulator {
     }
   }
 
+  async sendNotification(signedPayload: string): Promise<StoreaSendAttempt> {
+    const facts = notificationFacts(signedPayload);
+    const target = this.#notificationUrls[facts.environment].get(facts.bundleId);
+    if (target === undefined) {
+      throw new TypeError(
+        `no notification URL for ${facts.bundleId} in ${facts.environment}: setNotificationUrl first`,
+      );
+    }
+    const record = this.#historyRecord(facts, signedPayload);
+    const posting = this.#post(
+      facts.environment,
+      target.url,
+      facts.notificationUUID,
+      signedPayload,
+    );
+    const tracked = posting.then(() => {});
+    this.#posting.add(tracked);
+    tracked.finally(() => this.#posting.delete(tracked));
+    const attempt = await posting;
+    record.sendAttempts.push(attempt);
+    return attempt;
+  }
+
+  recordNotification(
+    signedPayload: string,
+    options: { sendAttempts?: StoreaSendAttempt[] } = {},
+  ): StoreaHistoryRecord {
+    const record = this.#historyRecord(notificationFacts(signedPayload), signedPayload);
+    record.sendAttempts.push(
+      ...(options.sendAttempts ?? [{ attemptDate: Date.now(), sendAttemptResult: "TIMED_OUT" }]),
+    );
+    return record;
+  }
+
+  /** The history's record of a notification, made on its first attempt. */
+  #historyRecord(facts: NotificationFacts, signedPayload: string): StoreaHistoryRecord {
+    const known = this.notificationHistory.find((record) =>
+      record.notificationUUID === facts.notificationUUID &&
+      record.environment === facts.environment
+    );
+    if (known !== undefined) return known;
+    const record = { ...facts, signedPayload, sendAttempts: [] };
+    this.notificationHistory.push(record);
+    return record;
+  }
+
   script(environment: StoreaApiEnvironment, answer: StoreaScriptedAnswer): void {
     this.#scripts[environment].push({ ...answer, times: answer.times ?? 1 });
   }
@@ -629,6 +774,7 @@ class ApiSimulator implements StoreaApiSimulator {
     const environment = route.match![1] as StoreaApiEnvironment;
     const id = decodeURIComponent(route.match![2]);
     const query = [...url.searchParams.entries()];
+    let sentBody: Record<string, unknown> | undefined;
     const record = (status: number | null, authFailure?: string) => {
       this.requests.push({
         environment,
@@ -638,7 +784,9 @@ class ApiSimulator implements StoreaApiSimulator {
         query,
         status,
         at,
+        answeredAt: Date.now(),
         ...(authFailure ? { authFailure } : {}),
+        ...(sentBody ? { body: sentBody } : {}),
       });
     };
     if (req.method !== route.method) {
@@ -665,6 +813,7 @@ class ApiSimulator implements StoreaApiSimulator {
       send(res, { status: 413 });
       return;
     }
+    if (route.operation === "notification_history") sentBody = parseJsonObject(body) ?? undefined;
 
     const scripted = this.#nextScripted(environment, route.operation);
     if (scripted?.delayMs) {
@@ -703,7 +852,102 @@ class ApiSimulator implements StoreaApiSimulator {
         return this.#requestTestNotification(call);
       case "test_notification_status":
         return this.#testNotificationStatus(call);
+      case "notification_history":
+        return this.#notificationHistoryPage(call);
     }
+  }
+
+  /**
+   * Get Notification History: the app's notifications of the environment dated in
+   * [startDate, endDate) (an endDate in the future is now), oldest first, checked and filtered as
+   * Apple documents it (`onlyFailures`: those never answered 2xx; `transactionId`: the customer's;
+   * `notificationType` and `notificationSubtype`), in pages with a pagination token made for the
+   * same request body.
+   */
+  #notificationHistoryPage(call: Call): Answer {
+    const errors = STOREA_API_ERRORS;
+    const request = parseJsonObject(call.body);
+    if (request === null) return { status: 400, body: errors.generalBadRequest };
+    const { startDate, endDate, onlyFailures, transactionId, notificationType } = request;
+    const subtype = request.notificationSubtype;
+    if (!Number.isSafeInteger(startDate) || (startDate as number) < 0) {
+      return { status: 400, body: errors.invalidStartDate };
+    }
+    if (!Number.isSafeInteger(endDate) || (endDate as number) < 0) {
+      return { status: 400, body: errors.invalidEndDate };
+    }
+    const start = startDate as number;
+    const end = endDate as number;
+    if (start >= end) return { status: 400, body: errors.startDateAfterEndDate };
+    const now = Date.now();
+    if (start < now - STOREA_NOTIFICATION_HISTORY_DAYS[call.environment] * DAY_MS) {
+      return { status: 400, body: errors.startDateTooFarInPast };
+    }
+    if (onlyFailures !== undefined && typeof onlyFailures !== "boolean") {
+      return { status: 400, body: errors.generalBadRequest };
+    }
+    if (transactionId !== undefined && notificationType !== undefined) {
+      return { status: 400, body: errors.multipleFiltersSupplied };
+    }
+    if (
+      (notificationType !== undefined && typeof notificationType !== "string") ||
+      (subtype !== undefined && (typeof subtype !== "string" || notificationType === undefined))
+    ) return { status: 400, body: errors.invalidNotificationType };
+    let customer: Set<string> | null = null;
+    if (transactionId !== undefined) {
+      if (typeof transactionId !== "string") {
+        return { status: 400, body: errors.invalidTransactionId };
+      }
+      const found = this.#find({ ...call, id: transactionId });
+      if ("status" in found) return found;
+      customer = new Set(
+        this.#customerTransactions(call.environment, found).map((t) =>
+          t.payload.originalTransactionId
+        ),
+      );
+    }
+    const fingerprint = JSON.stringify([
+      start,
+      end,
+      onlyFailures ?? null,
+      transactionId ?? null,
+      notificationType ?? null,
+      subtype ?? null,
+    ]);
+    let offset = 0;
+    const token = call.query.get("paginationToken");
+    if (token !== null) {
+      const position = readRevision(token, fingerprint);
+      if (position === null) return { status: 400, body: errors.invalidPaginationToken };
+      offset = position;
+    }
+    const until = Math.min(end, now);
+    const matching = this.notificationHistory
+      .filter((record) =>
+        record.environment === call.environment && record.bundleId === call.bundleId &&
+        record.date >= start && record.date < until &&
+        (onlyFailures !== true ||
+          !record.sendAttempts.some((attempt) => attempt.sendAttemptResult === "SUCCESS")) &&
+        (notificationType === undefined || record.notificationType === notificationType) &&
+        (subtype === undefined || record.subtype === subtype) &&
+        (customer === null ||
+          (record.originalTransactionId !== null && customer.has(record.originalTransactionId)))
+      )
+      .sort((a, b) => a.date - b.date || a.notificationUUID.localeCompare(b.notificationUUID));
+    const page = matching.slice(offset, offset + this.#notificationHistoryPageSize);
+    const next = offset + page.length;
+    return {
+      status: 200,
+      body: {
+        notificationHistory: page.map((record) => ({
+          signedPayload: record.signedPayload,
+          // Apple lists at most six attempts of a notification.
+          sendAttempts: record.sendAttempts.slice(-6),
+        })),
+        hasMore: next < matching.length,
+        paginationToken: writeRevision(next, fingerprint),
+      },
+    };
   }
 
   #lookup(call: Call): Answer {
@@ -973,6 +1217,7 @@ class ApiSimulator implements StoreaApiSimulator {
       sendAttempts: [],
     };
     this.#testNotifications.set(token, test);
+    const history = this.#historyRecord(notificationFacts(signedPayload), signedPayload);
     const posting = this.#post(
       call.environment,
       target.url,
@@ -981,6 +1226,7 @@ class ApiSimulator implements StoreaApiSimulator {
     )
       .then((attempt) => {
         test.sendAttempts.push(attempt);
+        history.sendAttempts.push(attempt);
       });
     this.#posting.add(posting);
     posting.finally(() => this.#posting.delete(posting));
@@ -1187,6 +1433,43 @@ function sendFailure(error: unknown, signal: AbortSignal): StoreaSendAttemptResu
   if (/certificate|tls|ssl|handshake/i.test(text)) return "TLS_ISSUE";
   if (/dns|lookup|resolve/i.test(text)) return "OTHER";
   return "SOCKET_ISSUE";
+}
+
+/** A JSON object, or null for anything else. */
+function parseJsonObject(text: string): Record<string, unknown> | null {
+  try {
+    const value = JSON.parse(text);
+    return typeof value === "object" && value !== null && !Array.isArray(value) ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+/** What the notification history keeps of a signed notification, read without verifying it. */
+function notificationFacts(signedPayload: string): NotificationFacts {
+  const payload = decodeJwt(signedPayload) as Record<string, unknown>;
+  const data = (payload.data ?? payload.summary ?? {}) as Record<string, unknown>;
+  const bundleId = data.bundleId;
+  const uuid = payload.notificationUUID;
+  if (typeof bundleId !== "string" || typeof uuid !== "string") {
+    throw new TypeError("the notification has no bundleId or notificationUUID");
+  }
+  let originalTransactionId: string | null = null;
+  if (typeof data.signedTransactionInfo === "string") {
+    const transaction = decodeJwt(data.signedTransactionInfo);
+    if (typeof transaction.originalTransactionId === "string") {
+      originalTransactionId = transaction.originalTransactionId;
+    }
+  }
+  return {
+    environment: data.environment === "Sandbox" ? "sandbox" : "production",
+    bundleId,
+    notificationUUID: uuid,
+    notificationType: String(payload.notificationType ?? ""),
+    subtype: typeof payload.subtype === "string" ? payload.subtype : null,
+    originalTransactionId,
+    date: typeof payload.signedDate === "number" ? payload.signedDate : Date.now(),
+  };
 }
 
 /** The request body as text, or null past {@linkcode MAX_REQUEST_BODY_BYTES}. */

@@ -1,7 +1,8 @@
 /**
  * A store B (Google Play) simulator for tests, the demo and tenant developers: Google's OAuth
  * token endpoint for service accounts and the Play Developer API's purchase lookups,
- * acknowledgements and consumptions, served by one `Deno.serve` on loopback.
+ * acknowledgements, consumptions and list of voided purchases (in pages), served by one
+ * `Deno.serve` on loopback.
  *
  * ```ts
  * const play = await startStorebSimulator();
@@ -44,6 +45,14 @@ const SUBSCRIPTION_ACKNOWLEDGE_PATH =
   /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/subscriptions\/([^/]+)\/tokens\/([^/]+):acknowledge$/;
 const PRODUCT_WRITE_PATH =
   /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/products\/([^/]+)\/tokens\/([^/]+):(acknowledge|consume)$/;
+/** purchases.voidedpurchases.list. */
+const VOIDED_PURCHASES_PATH =
+  /^\/androidpublisher\/v3\/applications\/([^/]+)\/purchases\/voidedpurchases$/;
+/** How far back Google lists voided purchases. */
+const VOIDED_DAYS = 30;
+const DAY_MS = 86_400_000;
+/** Voided purchases per page, by default and at most. */
+const VOIDED_MAX_RESULTS = 1000;
 
 /** Google's canonical error status for an HTTP status, as its JSON errors carry it. */
 const GOOGLE_STATUS: Record<number, string> = {
@@ -131,8 +140,45 @@ export interface SimulatedProduct {
   purchase: ProductPurchase;
 }
 
-/** An API call: a lookup (`get`), or a write (`acknowledge`, `consume`). */
-export type SimulatorOperation = "get" | "acknowledge" | "consume";
+/**
+ * An API call: a lookup (`get`), a write (`acknowledge`, `consume`), or the list of voided
+ * purchases (`voided_purchases`).
+ */
+export type SimulatorOperation = "get" | "acknowledge" | "consume" | "voided_purchases";
+
+/**
+ * A voided purchase as purchases.voidedpurchases.list returns it. Any other field may be added;
+ * the service forwards the whole object.
+ */
+export interface VoidedPurchase {
+  kind?: string;
+  purchaseToken: string;
+  /** Epoch milliseconds, as a string (Google's int64). */
+  purchaseTimeMillis?: string;
+  voidedTimeMillis: string;
+  orderId: string;
+  /** 0 user, 1 developer, 2 Google. */
+  voidedSource?: number;
+  /** 0 other, 1 remorse, 2 not received, 3 defective, 4 accidental, 5 fraud, 6 friendly fraud,
+   * 7 chargeback, 8 unacknowledged purchase. */
+  voidedReason?: number;
+  /** Set for a quantity-based partial refund: how many were refunded. */
+  voidedQuantity?: number;
+  [field: string]: unknown;
+}
+
+/** A voided purchase the list answers for a package. */
+export interface SimulatedVoidedPurchase {
+  packageName: string;
+  voidedPurchase: VoidedPurchase;
+  /** A subscription's is listed only with `type=1`. Default `product`. */
+  type?: "subscription" | "product";
+  /**
+   * When Google's systems saw it voided, epoch ms: what `startTime` and `endTime` filter on.
+   * Default its `voidedTimeMillis`.
+   */
+  seenAt?: number;
+}
 
 /**
  * An answer given instead of (or before) the normal one, for the next `times` matching calls.
@@ -179,6 +225,10 @@ export interface SimulatorRequest {
   operation: SimulatorOperation | null;
   /** The decoded purchase token of an API call; null for other calls. */
   purchaseToken: string | null;
+  /** The query string as sent, `?` included (empty when none): the voided list's parameters. */
+  search: string;
+  /** Arrival time, epoch milliseconds. */
+  at: number;
 }
 
 /** Which calls {@linkcode StorebSimulator.calls} returns; unset fields match any. */
@@ -217,6 +267,7 @@ export class StorebSimulator {
   #accounts = new Map<string, { key: CryptoKey; keyId: string | null }>();
   #accessTokens = new Map<string, { clientEmail: string; expiresAt: number; revoked: boolean }>();
   #purchases = new Map<string, SubscriptionPurchaseV2 | ProductPurchase>();
+  #voided: Required<SimulatedVoidedPurchase>[] = [];
   #scripts: (ScriptedAnswer & { remaining: number })[] = [];
   #requests: SimulatorRequest[] = [];
   #closing = new AbortController();
@@ -318,6 +369,23 @@ export class StorebSimulator {
     );
   }
 
+  /**
+   * Lists a voided purchase for its package (purchases.voidedpurchases.list), as of its `seenAt`.
+   * Listing the same order id again replaces it.
+   */
+  addVoidedPurchase(voided: SimulatedVoidedPurchase): void {
+    this.#voided = this.#voided.filter((v) =>
+      !(v.packageName === voided.packageName &&
+        v.voidedPurchase.orderId === voided.voidedPurchase.orderId)
+    );
+    this.#voided.push({
+      packageName: voided.packageName,
+      voidedPurchase: structuredClone(voided.voidedPurchase),
+      type: voided.type ?? "product",
+      seenAt: voided.seenAt ?? Number(voided.voidedPurchase.voidedTimeMillis),
+    });
+  }
+
   /** The subscription purchase held for this package and token, as the API would answer it. */
   subscription(packageName: string, purchaseToken: string): SubscriptionPurchaseV2 | undefined {
     const purchase = this.#purchases.get(subscriptionKey(packageName, purchaseToken));
@@ -356,7 +424,7 @@ export class StorebSimulator {
   }
 
   async #handle(request: Request): Promise<Response> {
-    const { pathname } = new URL(request.url);
+    const { pathname, search } = new URL(request.url);
     const endpoint = pathname === "/token"
       ? "token"
       : pathname.startsWith("/androidpublisher/")
@@ -369,15 +437,17 @@ export class StorebSimulator {
       pathname,
       operation: call?.operation ?? null,
       purchaseToken: endpoint === "api" ? call?.purchaseToken ?? purchaseTokenOf(pathname) : null,
+      search,
+      at: Date.now(),
     });
     if (endpoint === "other") return googleError(404, `no such endpoint: ${pathname}`);
     const script = this.#takeScript(endpoint, pathname, call);
-    if (script?.applyWrite && call && call.operation !== "get") this.#write(call);
+    if (script?.applyWrite && call && isWrite(call)) this.#write(call);
     if (script?.delayMs) await this.#wait(script.delayMs);
     if (script?.reset) return droppedConnection();
     if (script?.status !== undefined) return scriptedResponse(endpoint, script);
     if (endpoint === "token") return await this.#token(request);
-    if (script?.applyWrite && call && call.operation !== "get") {
+    if (script?.applyWrite && call && isWrite(call)) {
       // Already done above: the normal answer, without doing it twice.
       await request.body?.cancel();
       return this.#authorized(request) ?? new Response(null, { status: 200 });
@@ -485,6 +555,9 @@ export class StorebSimulator {
       return refused;
     }
     if (call.segments === null) return googleError(400, "Invalid Value");
+    if (call.operation === "voided_purchases") {
+      return this.#voidedPurchases(call.segments[0], new URL(request.url).searchParams);
+    }
     if (call.operation === "get") {
       const purchase = this.#purchases.get(call.key!);
       if (!purchase) return googleError(404, "The purchase token was not found.");
@@ -507,6 +580,76 @@ export class StorebSimulator {
       }
     }
     return this.#write(call);
+  }
+
+  /**
+   * purchases.voidedpurchases.list: the package's voided purchases seen from `startTime` (at most
+   * 30 days ago; older ones are not listed) to `endTime` (not in the future), oldest first; with
+   * `type=0` (the default) one-time products only; quantity-based partial refunds only with
+   * `includeQuantityBasedPartialRefund=true`; `maxResults` a page (1000 by default and at most),
+   * and a `token` for the next page, which carries the first page's query (the times are then
+   * ignored, as Google does).
+   */
+  #voidedPurchases(packageName: string, params: URLSearchParams): Response {
+    const now = Date.now();
+    const digits = (name: string) => {
+      const value = params.get(name);
+      return value === null ? undefined : /^\d{1,16}$/.test(value) ? Number(value) : NaN;
+    };
+    let query: VoidedQuery;
+    let offset = 0;
+    const token = params.get("token");
+    const maxResults = digits("maxResults") ?? VOIDED_MAX_RESULTS;
+    if (Number.isNaN(maxResults) || maxResults < 1) {
+      return googleError(400, "Invalid value for maxResults");
+    }
+    if (token !== null) {
+      const read = readVoidedToken(token);
+      if (read === null || read.query.packageName !== packageName) {
+        return googleError(400, "Invalid pagination token.");
+      }
+      ({ query, offset } = read);
+    } else {
+      const startTime = digits("startTime") ?? now - VOIDED_DAYS * DAY_MS;
+      const endTime = digits("endTime") ?? now;
+      const type = params.get("type") ?? "0";
+      const partial = params.get("includeQuantityBasedPartialRefund") ?? "false";
+      if (Number.isNaN(startTime) || Number.isNaN(endTime)) {
+        return googleError(400, "startTime and endTime are milliseconds since the epoch");
+      }
+      if (endTime > now) return googleError(400, "endTime cannot be in the future.");
+      if (startTime > endTime) return googleError(400, "startTime is after endTime.");
+      if (type !== "0" && type !== "1") return googleError(400, "Invalid value for type");
+      if (partial !== "true" && partial !== "false") {
+        return googleError(400, "Invalid value for includeQuantityBasedPartialRefund");
+      }
+      query = {
+        packageName,
+        startTime: Math.max(startTime, now - VOIDED_DAYS * DAY_MS),
+        endTime,
+        subscriptions: type === "1",
+        partial: partial === "true",
+      };
+    }
+    const matching = this.#voided
+      .filter((v) =>
+        v.packageName === query.packageName && v.seenAt >= query.startTime &&
+        v.seenAt <= query.endTime && (query.subscriptions || v.type === "product") &&
+        (query.partial || v.voidedPurchase.voidedQuantity === undefined)
+      )
+      .sort((a, b) =>
+        a.seenAt - b.seenAt || a.voidedPurchase.orderId.localeCompare(b.voidedPurchase.orderId)
+      );
+    const page = matching.slice(offset, offset + Math.min(maxResults, VOIDED_MAX_RESULTS));
+    const next = offset + page.length;
+    return json(200, {
+      pageInfo: { totalResults: matching.length, resultPerPage: page.length, startIndex: offset },
+      ...(next < matching.length
+        ? { tokenPagination: { nextPageToken: writeVoidedToken(query, next) } }
+        : {}),
+      // Google leaves an empty list out.
+      ...(page.length > 0 ? { voidedPurchases: page.map((v) => v.voidedPurchase) } : {}),
+    });
   }
 
   /** Carries out a write on the purchase it names, and answers as Google does. */
@@ -626,6 +769,59 @@ function productKey(packageName: string, productId: string, purchaseToken: strin
   return JSON.stringify(["product", packageName, productId, purchaseToken]);
 }
 
+/**
+ * A realistic voided purchase: a one-time product bought two days ago and refunded at the user's
+ * request an hour ago. `overrides` replace top-level fields.
+ */
+export function sampleVoidedPurchase(overrides: Partial<VoidedPurchase> = {}): VoidedPurchase {
+  const now = Date.now();
+  return {
+    kind: "androidpublisher#voidedPurchase",
+    purchaseToken: `voided.${randomToken()}`,
+    purchaseTimeMillis: String(now - 2 * DAY_MS),
+    voidedTimeMillis: String(now - 60 * 60_000),
+    orderId: `GPA.${Math.floor(1000 + Math.random() * 9000)}-${
+      Math.floor(1000 + Math.random() * 9000)
+    }-${Math.floor(1000 + Math.random() * 9000)}-${Math.floor(10000 + Math.random() * 90000)}`,
+    voidedSource: 0,
+    voidedReason: 1,
+    ...overrides,
+  };
+}
+
+/** The query of a voided purchases list, which its page tokens carry. */
+interface VoidedQuery {
+  packageName: string;
+  startTime: number;
+  endTime: number;
+  subscriptions: boolean;
+  partial: boolean;
+}
+
+function writeVoidedToken(query: VoidedQuery, offset: number): string {
+  return base64url(new TextEncoder().encode(JSON.stringify({ query, offset })));
+}
+
+function readVoidedToken(token: string): { query: VoidedQuery; offset: number } | null {
+  try {
+    const bytes = Uint8Array.fromBase64(token, { alphabet: "base64url" });
+    const parsed = JSON.parse(new TextDecoder().decode(bytes));
+    if (!Number.isInteger(parsed?.offset) || parsed.offset < 0) return null;
+    const query = parsed.query;
+    if (
+      typeof query?.packageName !== "string" || !Number.isFinite(query.startTime) ||
+      !Number.isFinite(query.endTime)
+    ) return null;
+    return { query, offset: parsed.offset };
+  } catch {
+    return null;
+  }
+}
+
+function isWrite(call: ApiCall): boolean {
+  return call.operation === "acknowledge" || call.operation === "consume";
+}
+
 /** A recognized API call: what it asks, about which purchase. */
 interface ApiCall {
   operation: SimulatorOperation;
@@ -653,6 +849,20 @@ function apiCallOf(method: string, pathname: string): ApiCall | null {
   } else if (method === "POST" && (match = pathname.match(PRODUCT_WRITE_PATH))) {
     operation = match[4] as "acknowledge" | "consume";
     [type, raw] = ["product", [match[1], match[2], match[3]]];
+  } else if (method === "GET" && (match = pathname.match(VOIDED_PURCHASES_PATH))) {
+    let packageName: string | null;
+    try {
+      packageName = decodeURIComponent(match[1]);
+    } catch {
+      packageName = null;
+    }
+    return {
+      operation: "voided_purchases",
+      type: "product",
+      segments: packageName === null ? null : [packageName],
+      key: null,
+      purchaseToken: null,
+    };
   } else {
     return null;
   }
