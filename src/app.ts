@@ -43,6 +43,8 @@ import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.
 import { remoteHostWithoutTls } from "./db/postgres_tls.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
 import { observeBacklog, redactRuntimeUrls } from "./telemetry.ts";
+import { RecoveryJob } from "./recovery/job.ts";
+import { dedupHorizonMs } from "./recovery/window.ts";
 
 /** Credential and tenant changes reach the verify and receive paths within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
@@ -133,12 +135,13 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   });
   const credentialsOf = async (tenantId: string) => (await credentials.get(tenantId))!;
   // One client per store, shared by the API, the deliveries' state and the recovery.
+  const storeaClient = new StoreaApiClient({
+    productionUrl: config.storeaApiUrlProduction,
+    sandboxUrl: config.storeaApiUrlSandbox,
+    tokens: new StoreaTokenSigner(),
+  });
   const storea = new StoreaVerifier({
-    client: new StoreaApiClient({
-      productionUrl: config.storeaApiUrlProduction,
-      sandboxUrl: config.storeaApiUrlSandbox,
-      tokens: new StoreaTokenSigner(),
-    }),
+    client: storeaClient,
     jws: storeaJws,
     timeoutMs: config.upstreamTimeoutMs,
   });
@@ -161,6 +164,24 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     handOver: dispatcher.handOver,
     ...(db.engine === "embedded" ? { maxInFlight: EMBEDDED_INGEST_IN_FLIGHT } : {}),
   });
+  // The notifications the stores failed to deliver, read back from their own records
+  // (docs/operations.md, "Recovering missed notifications"); stopped before the dispatcher.
+  if (config.recoveryIntervalMs > 0) {
+    const recovery = new RecoveryJob({
+      sql: db.sql,
+      log,
+      intervalMs: config.recoveryIntervalMs,
+      storea: { client: storeaClient, jws: storeaJws },
+      storeb,
+      credentialsOf,
+      upstreamTimeoutMs: config.upstreamTimeoutMs,
+      dedupHorizonMs: dedupHorizonMs(config.eventRetentionDays, config.storeaNotificationMaxAgeMs),
+      ingest: (notification) => ingestBatcher.ingest(notification),
+      onEnqueued: () => dispatcher.kick(),
+    });
+    recovery.start();
+    stack.defer(() => recovery.stop());
+  }
   startEventRetention(db, config, log, stack);
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 

@@ -96,6 +96,8 @@ export interface Config {
   eventRetentionDays: number;
   /** The master key being rotated away from (`ENCRYPTION_KEY_PREVIOUS`), or `null`. */
   encryptionKeyPrevious: Uint8Array | null;
+  /** How often each tenant is reconciled with the stores' records; 0: never. */
+  recoveryIntervalMs: number;
 }
 
 /** A variable that is missing or invalid. The message names the variable, never a secret value. */
@@ -513,6 +515,22 @@ export const CONFIG_GROUPS = [
         parser: nonEmptyList,
         default: "https://accounts.google.com,accounts.google.com",
         description: "Accepted `iss` values of store B push tokens.",
+      }),
+    ],
+  },
+  {
+    title: "Recovery of missed notifications",
+    variables: [
+      variable({
+        name: "RECOVERY_INTERVAL",
+        field: "recoveryIntervalMs",
+        parser: {
+          accepts: "duration, or `0` to turn it off",
+          parse: (text) => text === "0" ? 0 : duration.parse(text),
+        },
+        default: "1h",
+        description:
+          "How often each active tenant is reconciled with the stores' own records, by one replica at a time: store A's notification history (the notifications Apple failed to deliver, in each environment the tenant's setting covers) and store B's voided purchases, from where the last run ended; what the service never received is stored and delivered like a notification. A run costs about one call per store and environment. `0` turns it off; `notifications recover` still works. See [Recovering missed notifications](#recovering-missed-notifications).",
       }),
     ],
   },

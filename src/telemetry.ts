@@ -73,6 +73,10 @@ const deliveryLag: Histogram = meter.createHistogram(`${PREFIX}.delivery.lag`, {
 const cacheLookups: Counter = meter.createCounter(`${PREFIX}.cache.lookups`, {
   description: "Cache lookups by cache and result (hit, miss).",
 });
+const storeSendFailures: Counter = meter.createCounter(`${PREFIX}.store.send_failures`, {
+  description:
+    "Attempts of the App Store to post a notification to the service that failed, as its notification history reports them, by tenant, environment and result (TIMED_OUT, TLS_ISSUE, ...).",
+});
 
 /** One answered request: the route's name from src/api/mod.ts, or `none` when no route matched. */
 export function recordRequest(route: string, method: string, status: number): void {
@@ -149,6 +153,25 @@ export function recordDeliveryAttempt(
 export function recordCacheLookup(cache: string, hit: boolean): void {
   if (!telemetryEnabled) return;
   cacheLookups.add(1, { [ATTR.cache]: cache, result: hit ? "hit" : "miss" });
+}
+
+/**
+ * Failed attempts of a store to post notifications to the service, `count` of them with one
+ * `result` (store A's `sendAttemptResult`), each counted once (src/recovery/job.ts).
+ */
+export function recordStoreSendFailures(
+  tenantId: string,
+  environment: string,
+  result: string,
+  count: number,
+): void {
+  if (!telemetryEnabled) return;
+  storeSendFailures.add(count, {
+    [ATTR.tenant]: tenantId,
+    [ATTR.store]: "storea",
+    "purchase_relay.environment": environment,
+    [ATTR.outcome]: result,
+  });
 }
 
 /** The backlog the gauge reports. */

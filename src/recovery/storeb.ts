@@ -1,0 +1,201 @@
+/**
+ * Store B's voided purchases read back (docs/operations.md, "Recovering missed notifications"):
+ * Google lists every purchase it voided (refunded, canceled, charged back) for 30 days, while its
+ * voided-purchase notification may never have arrived. Each listed purchase becomes the event its
+ * notification would have made: `refund.issued`, `storeb.voided_purchase`, a developer
+ * notification in Google's shape as `data`, the resource as Google returned it as `raw`, known by
+ * its order id (`voided:<orderId>`), so that the notification and the list, whichever comes
+ * second, are one event.
+ */
+import type { Sql } from "../db/connect.ts";
+import type { StorebCredentials } from "../db/credentials.ts";
+import type { Logger } from "../log.ts";
+import { objectOrEmpty, objectOrNull } from "../json.ts";
+import type { StorebVerifier } from "../storeb/verify.ts";
+import { upstreamFailure } from "../storeb/lookup.ts";
+import { googleApiError, parseJsonBody } from "../storeb/upstream.ts";
+import { storebEvent, voidedPurchaseKey } from "../events/store_events.ts";
+import { sha256Hex } from "../events/ingest.ts";
+import { recordNotification } from "../telemetry.ts";
+import {
+  PageTokenRefused,
+  type RecoveryIngest,
+  type RecoveryTally,
+  type RecoveryWindow,
+  unstorableColumn,
+  type WindowEnd,
+} from "./window.ts";
+
+/** Voided purchases per page: the most Google sends. */
+export const VOIDED_PAGE_SIZE = 1000;
+/** Google's `voidedReason` of a purchase voided because it was not acknowledged in time. */
+const UNACKNOWLEDGED_PURCHASE = 8;
+
+/** What reading store B's voided purchases needs. */
+export interface StorebRecoveryContext extends RecoveryIngest {
+  storeb: StorebVerifier;
+  /** For what earlier events say of a purchase token. */
+  sql: Sql;
+  /** One call's deadline, retries and the token included (`UPSTREAM_TIMEOUT`). */
+  timeoutMs: number;
+  log: Logger;
+  via: "schedule" | "cli";
+  /** Voided purchases per page; default {@linkcode VOIDED_PAGE_SIZE} (tests ask for fewer). */
+  pageSize?: number;
+}
+
+/** A window of one tenant's voided purchases. */
+export interface StorebWindow extends RecoveryWindow {
+  credentials: StorebCredentials;
+}
+
+/** A voided purchase Google voided because it was not acknowledged in time. */
+export interface UnacknowledgedVoid {
+  orderId: string;
+  eventId: string;
+  voidedAt: string | null;
+}
+
+/**
+ * Reads `window` of the tenant's voided purchases, at most `window.maxPages` pages, adding what it
+ * found to `tally` as it goes and each purchase voided for want of an acknowledgement to
+ * `unacknowledged`.
+ * @throws {ServiceError} 429 `RATE_LIMITED` (with Google's `Retry-After`), 502
+ * `GOOGLE_API_ERROR`.
+ * @throws {PageTokenRefused} when Google refuses `window.pageToken` or a later one.
+ */
+export async function readVoidedPurchases(
+  context: StorebRecoveryContext,
+  window: StorebWindow,
+  tally: RecoveryTally,
+  unacknowledged: UnacknowledgedVoid[],
+): Promise<WindowEnd> {
+  let token = window.pageToken;
+  for (let page = 0; page < window.maxPages; page++) {
+    window.signal.throwIfAborted();
+    tally.storeCalls++;
+    const answer = await context.storeb.voidedPurchases(window.credentials, {
+      startTime: window.startMs,
+      endTime: window.endMs,
+      maxResults: context.pageSize ?? VOIDED_PAGE_SIZE,
+      ...(token === null ? {} : { token }),
+    }, { timeoutMs: context.timeoutMs, signal: window.signal });
+    window.signal.throwIfAborted();
+    if (answer.status === 400 && token !== null) {
+      throw new PageTokenRefused("Google refused the page token (400)");
+    }
+    if (answer.status !== 200) throw upstreamFailure(answer);
+    const body = objectOrNull(parseJsonBody(answer.text));
+    const listed = body?.voidedPurchases ?? [];
+    if (body === null || !Array.isArray(listed)) {
+      throw googleApiError("the store B API answered a voided purchases list of the wrong shape", {
+        status: 200,
+        upstreamCode: null,
+      });
+    }
+    tally.pages++;
+    for (const resource of listed) {
+      window.signal.throwIfAborted();
+      tally.checked++;
+      await recoverOne(context, window, resource, tally, unacknowledged);
+    }
+    const next = objectOrEmpty(body.tokenPagination).nextPageToken;
+    token = typeof next === "string" && next !== "" ? next : null;
+    await window.afterPage?.(token);
+    if (token === null) return { nextPageToken: null };
+  }
+  return { nextPageToken: token };
+}
+
+/** One voided purchase as the event of its notification, stored unless known. */
+async function recoverOne(
+  context: StorebRecoveryContext,
+  window: StorebWindow,
+  resource: unknown,
+  tally: RecoveryTally,
+  unacknowledged: UnacknowledgedVoid[],
+): Promise<void> {
+  const { tenantId } = window;
+  const refuse = (message: string) => {
+    tally.invalid++;
+    context.log.warn("recovery_notification_invalid", {
+      tenantId,
+      store: "storeb",
+      via: context.via,
+      error: "INVALID_REQUEST",
+      message,
+    });
+  };
+  const voided = objectOrNull(resource);
+  const orderId = voided?.orderId;
+  const purchaseToken = voided?.purchaseToken;
+  const voidedTime = voided?.voidedTimeMillis;
+  if (
+    voided === null || typeof orderId !== "string" || orderId === "" ||
+    typeof purchaseToken !== "string" || purchaseToken === "" ||
+    !/^\d{1,16}$/.test(String(voidedTime))
+  ) {
+    refuse("a voided purchase without orderId, purchaseToken or voidedTimeMillis");
+    return;
+  }
+  const notification = {
+    version: "1.0",
+    packageName: window.credentials.packageName,
+    eventTimeMillis: String(voidedTime),
+    voidedPurchaseNotification: {
+      purchaseToken,
+      orderId,
+      productType: await productTypeOf(context.sql, tenantId, purchaseToken),
+      refundType: voided.voidedQuantity === undefined ? 1 : 2,
+    },
+  };
+  const key = voidedPurchaseKey(orderId);
+  const event = storebEvent(tenantId, notification, { messageId: key, envelope: voided });
+  const unstorable = unstorableColumn(event);
+  if (unstorable !== null) {
+    refuse(unstorable);
+    return;
+  }
+  const receipt = await context.ingest(event);
+  if (voided.voidedReason === UNACKNOWLEDGED_PURCHASE) {
+    unacknowledged.push({ orderId, eventId: receipt.eventId, voidedAt: event.occurredAt });
+  }
+  if (!receipt.isNew) {
+    tally.known++;
+    return;
+  }
+  tally.recovered++;
+  recordNotification(tenantId, "storeb", event.entry.event, true);
+  if (receipt.enqueuedDelivery && !receipt.handedOver) context.onEnqueued();
+  context.log.info("notification_recovered", {
+    tenantId,
+    source: "storeb",
+    via: context.via,
+    eventId: receipt.eventId,
+    externalId: receipt.externalId,
+    event: event.entry.event,
+    platformEvent: event.entry.platformEvent,
+    enqueuedDelivery: receipt.enqueuedDelivery,
+  });
+}
+
+/**
+ * Google's `productType` of the token's purchase (1 subscription, 2 one-time product) as the
+ * tenant's earlier events of that token say, or null: the voided purchase does not say.
+ */
+export async function productTypeOf(
+  sql: Sql,
+  tenantId: string,
+  purchaseToken: string,
+): Promise<1 | 2 | null> {
+  const [row] = await sql`
+    SELECT platform_event FROM events
+    WHERE tenant_id = ${tenantId} AND subject_hash = ${sha256Hex(purchaseToken)}
+      AND source = 'storeb'
+    ORDER BY received_at DESC
+    LIMIT 1`;
+  const platformEvent = String(row?.platform_event ?? "");
+  if (platformEvent.startsWith("storeb.subscription.")) return 1;
+  if (platformEvent.startsWith("storeb.one_time_product.")) return 2;
+  return null;
+}
