@@ -8,8 +8,10 @@
  * and a signer for `purchase-relay trigger`. On the first run it creates, with the admin CLI, a
  * tenant whose callback URL is http://localhost:3000/webhooks, a test API key, and store
  * credentials the simulators accept, and keeps them in `DATA_DIR` (./data-dev unless set): a
- * restart prints the same tenant and key; deleting the directory starts over. Then it prints what
- * to call and follows the service's log until Ctrl-C.
+ * restart prints the same tenant and key; deleting the directory starts over. It points the App
+ * Store simulator's notification URL at the service's store A receiver for that tenant, so that
+ * `storea test-notification` follows a test notification through the service. Then it prints what
+ * to call, with the tenant's values, and follows the service's log until Ctrl-C.
  *
  * Development only: it refuses to run when NODE_ENV is production. The service trusts the
  * simulators' keys only while this runs; each start makes new ones.
@@ -27,6 +29,7 @@ import {
   ServiceProcess,
 } from "./local_service.ts";
 import {
+  createGatewayPurchases,
   createTenantStoreKeys,
   playPurchaseToken,
   SIMULATED_APP,
@@ -52,8 +55,9 @@ const CLI_TIMEOUT_MS = 60_000;
 const USAGE = `usage: deno task dev
 
 Runs Purchase Relay on this machine against store simulators, with a tenant, an API key and
-store credentials ready: verify simulated purchases with curl, and make the stores send any
-notification to your callback URL with \`deno task cli trigger\`. No Apple or Google account,
+store credentials ready: verify, acknowledge and look up simulated purchases with curl, and make
+the stores send any notification to your callback URL with \`deno task cli trigger\`. No Apple
+or Google account,
 no database server. State is kept in DATA_DIR (default ${DEFAULT_DATA_DIR}); PORT defaults to
 8080 and HOST to 127.0.0.1. Refused when NODE_ENV is production.
 
@@ -188,6 +192,11 @@ interface Ready {
   state: DevState;
   callbackUrl: string | null;
   created: boolean;
+  /**
+   * Where the CLI finds the App Store simulator and its test root, as the service does: valid
+   * only while this run lasts (the simulators' ports and keys change at each start).
+   */
+  storeaEnv: Record<string, string>;
 }
 
 async function startAll(running: Running, own: Record<string, string>): Promise<Ready> {
@@ -197,15 +206,21 @@ async function startAll(running: Running, own: Record<string, string>): Promise<
   const statePath = join(dataDir, STATE_FILE);
   const saved = await readState(statePath);
   const keys = saved?.keys ?? await createTenantStoreKeys();
-  const purchases = saved?.purchases ?? {
+  const kept = saved?.purchases ?? {
     storeaTransactionId: "2000000123456789",
     storebPurchaseToken: playPurchaseToken(),
   };
+  // A state file from before the store gateway's examples has none of their purchases.
+  const purchases = {
+    ...kept,
+    gateway: kept.gateway ?? createGatewayPurchases(kept.storeaTransactionId),
+  };
 
   console.log(dim(`Starting the store simulators and the service (state in ${dataDir})…`));
-  running.stores = await startSimulatedStores({ dir: devDir, keys, purchases });
+  const stores = await startSimulatedStores({ dir: devDir, keys, purchases });
+  running.stores = stores;
   await running.check();
-  const env = serviceEnv({ ...own, ...running.stores.serviceEnv }, { keepCallerVariables: true });
+  const env = serviceEnv({ ...own, ...stores.serviceEnv }, { keepCallerVariables: true });
   running.service = new ServiceProcess(env);
   await running.check();
   const port = await running.service.listeningPort(BOOT_TIMEOUT_MS);
@@ -213,15 +228,21 @@ async function startAll(running: Running, own: Record<string, string>): Promise<
 
   const cli = (args: string[]) =>
     runAdminCommand(env, args, { timeoutMs: CLI_TIMEOUT_MS, track: running.commands });
-  let state = saved === null ? null : await checkedState(cli, saved);
+  let state = saved === null ? null : await checkedState(cli, { ...saved, purchases });
   const created = state === null;
   if (state === null) {
     state = await createTenant(cli, devDir, serviceUrl, keys, purchases);
   }
   await Deno.writeTextFile(statePath, JSON.stringify(state, null, 2), { mode: 0o600 });
   const tenant = await cli(["tenant", "show", state.tenantId]);
+  // As App Store Connect's notification URL would: the tenant's store A receiver, in both
+  // environments (docs/operations.md, "Checking the notification chain").
+  stores.storeaApi.setNotificationUrl({
+    bundleId: SIMULATED_APP.bundleId,
+    url: `${serviceUrl}/v1/webhooks/storea/${state.tenantId}`,
+  });
 
-  running.signer = await startDevSigner(running.stores!, purchases);
+  running.signer = await startDevSigner(stores, purchases);
   await running.check();
   const signerFile: DevSignerFile = {
     url: running.signer.url,
@@ -230,11 +251,17 @@ async function startAll(running: Running, own: Record<string, string>): Promise<
   };
   running.signerFile = join(dataDir, DEV_SIGNER_FILE);
   await Deno.writeTextFile(running.signerFile, JSON.stringify(signerFile), { mode: 0o600 });
+  const storesEnv = stores.serviceEnv;
   return {
     serviceUrl,
     state,
     callbackUrl: (tenant.callbackUrl as string | null) ?? null,
     created,
+    storeaEnv: {
+      STOREA_API_URL_PRODUCTION: storesEnv.STOREA_API_URL_PRODUCTION,
+      STOREA_API_URL_SANDBOX: storesEnv.STOREA_API_URL_SANDBOX,
+      STOREA_ROOT_CERTS: storesEnv.STOREA_ROOT_CERTS,
+    },
   };
 }
 
@@ -358,6 +385,46 @@ function printBanner(ready: Ready, dataDir: string): void {
     purchaseToken: state.purchases.storebPurchaseToken,
     type: "subscription",
   }));
+  const gateway = state.purchases.gateway!;
+  say(
+    "",
+    bold("Acknowledge, or Google refunds the purchase after 3 days") +
+      dim(" (verify and acknowledge; a one-time product; a consumable):"),
+  );
+  command(curl("/v1/storeb/verify", {
+    packageName: SIMULATED_APP.packageName,
+    productId: SIMULATED_APP.storebProductId,
+    purchaseToken: state.purchases.storebPurchaseToken,
+    type: "subscription",
+    acknowledge: true,
+  }));
+  command(curl("/v1/storeb/acknowledge", {
+    packageName: SIMULATED_APP.packageName,
+    productId: SIMULATED_APP.storebNonConsumableId,
+    purchaseToken: gateway.storebProductToken,
+    type: "product",
+  }));
+  command(curl("/v1/storeb/consume", {
+    packageName: SIMULATED_APP.packageName,
+    productId: SIMULATED_APP.storebConsumableId,
+    purchaseToken: gateway.storebConsumableToken,
+  }));
+  say(
+    "",
+    bold("Restore purchases, answer a refund request") +
+      dim(" (the store A subscription, renewed twice):"),
+  );
+  const transactionId = state.purchases.storeaTransactionId;
+  command(curl("/v1/storea/subscriptions", { transactionId }));
+  command(curl("/v1/storea/history", { transactionId, sort: "descending" }));
+  // An auto-renewable subscription: Apple computes its consumption, so no percentage.
+  command(curl("/v1/storea/consumption", {
+    transactionId,
+    customerConsented: true,
+    sampleContentProvided: false,
+    deliveryStatus: "DELIVERED",
+    refundPreference: "DECLINE",
+  }));
   say(
     "",
     bold("Receive deliveries at your endpoint") +
@@ -377,6 +444,15 @@ function printBanner(ready: Ready, dataDir: string): void {
   command(`${cli} trigger storea EXPIRED --subtype VOLUNTARY --tenant ${tenant}`);
   command(`${cli} trigger storeb subscription.4 --tenant ${tenant}`);
   command(`${cli} trigger storeb voided_purchase --tenant ${tenant}`);
+  say(
+    "",
+    bold("Check the chain App Store -> service -> your endpoint") +
+      dim(" (this run's simulator; its ports change at each start):"),
+  );
+  const storea = Object.entries(ready.storeaEnv).map(([name, value]) =>
+    `${name}=${shellWord(value)}`
+  );
+  command(`${storea.join(" ")} ${cli} storea test-notification --tenant ${tenant}`);
   say("", green("Ready.") + " The service's log follows; Ctrl-C stops everything.", "");
 }
 

@@ -2,7 +2,8 @@
  * The store simulators as `deno task demo` and `deno task dev` run them, in the script's own
  * process: a test PKI and signer shaped like Apple's with a fake App Store Server API, a fake
  * Google token endpoint and Play Developer API, and a fake Google issuer of push tokens. They
- * accept one tenant's keys and answer for one purchase in each store.
+ * accept one tenant's keys and answer for one purchase in each store, and with
+ * {@linkcode GatewayPurchases} for the purchases the store gateway's examples act on.
  *
  * @module
  */
@@ -11,6 +12,7 @@ import {
   createServiceAccount,
   createStoreaTestPki,
   type PushTokenIssuer,
+  sampleProductPurchase,
   sampleSubscriptionPurchase,
   startPushTokenIssuer,
   startStoreaApiSimulator,
@@ -29,6 +31,10 @@ export const SIMULATED_APP = {
   packageName: "com.example.app",
   storeaProductId: "pro.monthly",
   storebProductId: "premium_monthly",
+  /** A one-time product bought once for good (no ads), to acknowledge. */
+  storebNonConsumableId: "remove_ads",
+  /** A consumable one-time product, to consume. */
+  storebConsumableId: "coins_100",
   /** The service account the simulated Pub/Sub push subscription signs its tokens as. */
   pushServiceAccount: "pubsub-push@demo-project.iam.gserviceaccount.com",
 } as const;
@@ -95,6 +101,34 @@ export interface SimulatedPurchases {
   storeaTransactionId: string;
   /** A store B purchase token (see {@linkcode playPurchaseToken}). */
   storebPurchaseToken: string;
+  /** With them, the purchases the store gateway's examples act on (`deno task dev`). */
+  gateway?: GatewayPurchases;
+}
+
+/**
+ * What the store gateway's examples need besides the two purchases: the store A subscription's
+ * renewals, for a history, and in store B purchases waiting to be acknowledged or consumed, as a
+ * purchase just made is. With them the store A subscription `storeaTransactionId` was bought two
+ * months ago and renewed twice since (the last renewal a minute ago), and the store B
+ * subscription is not acknowledged yet.
+ */
+export interface GatewayPurchases {
+  /** The transaction ids of the store A subscription's two renewals, oldest first. */
+  storeaRenewalIds: [string, string];
+  /** A one-time product ({@linkcode SIMULATED_APP}`.storebNonConsumableId`), not acknowledged. */
+  storebProductToken: string;
+  /** A consumable ({@linkcode SIMULATED_APP}`.storebConsumableId`), not consumed nor acknowledged. */
+  storebConsumableToken: string;
+}
+
+/** New {@linkcode GatewayPurchases}: renewal ids that follow `storeaTransactionId`, new tokens. */
+export function createGatewayPurchases(storeaTransactionId: string): GatewayPurchases {
+  const next = (step: bigint) => String(BigInt(storeaTransactionId) + step);
+  return {
+    storeaRenewalIds: [next(1n), next(2n)],
+    storebProductToken: playPurchaseToken(),
+    storebConsumableToken: playPurchaseToken(),
+  };
 }
 
 /** Options of {@linkcode startSimulatedStores}. */
@@ -163,20 +197,24 @@ export async function startSimulatedStores(
       privateKeyPem: account.private_key,
       privateKeyId: account.private_key_id,
     });
-    // One purchase in each store: a monthly subscription bought a minute ago.
-    await storeaApi.addTransaction(
-      "production",
-      signer.sampleTransaction({
-        transactionId: purchases.storeaTransactionId,
-        originalTransactionId: purchases.storeaTransactionId,
-        productId: SIMULATED_APP.storeaProductId,
-      }),
-    );
-    play.addSubscription({
-      packageName: SIMULATED_APP.packageName,
-      purchaseToken: purchases.storebPurchaseToken,
-      purchase: sampleSubscriptionPurchase(),
-    });
+    if (purchases.gateway === undefined) {
+      // One purchase in each store: a monthly subscription bought a minute ago.
+      await storeaApi.addTransaction(
+        "production",
+        signer.sampleTransaction({
+          transactionId: purchases.storeaTransactionId,
+          originalTransactionId: purchases.storeaTransactionId,
+          productId: SIMULATED_APP.storeaProductId,
+        }),
+      );
+      play.addSubscription({
+        packageName: SIMULATED_APP.packageName,
+        purchaseToken: purchases.storebPurchaseToken,
+        purchase: sampleSubscriptionPurchase(),
+      });
+    } else {
+      await addGatewayPurchases(storeaApi, signer, play, purchases, purchases.gateway);
+    }
     return {
       signer,
       storeaApi,
@@ -195,6 +233,60 @@ export async function startSimulatedStores(
     await close();
     throw error;
   }
+}
+
+/** A month of a monthly subscription, as the simulated purchases count it. */
+const MONTH_MS = 30 * 24 * 3600_000;
+
+/** The purchases of {@linkcode GatewayPurchases}, in both simulators. */
+async function addGatewayPurchases(
+  storeaApi: StoreaApiSimulator,
+  signer: StoreaSigner,
+  play: StorebSimulator,
+  purchases: SimulatedPurchases,
+  gateway: GatewayPurchases,
+): Promise<void> {
+  // Store A: bought two months ago, renewed a month ago and a minute ago; the customer's account
+  // token is the same on every transaction, as StoreKit sends it.
+  const bought = Date.now() - 2 * MONTH_MS - 60_000;
+  const appAccountToken = crypto.randomUUID();
+  const ids = [purchases.storeaTransactionId, ...gateway.storeaRenewalIds];
+  for (const [period, transactionId] of ids.entries()) {
+    const purchaseDate = bought + period * MONTH_MS;
+    await storeaApi.addTransaction(
+      "production",
+      signer.sampleTransaction({
+        transactionId,
+        originalTransactionId: purchases.storeaTransactionId,
+        productId: SIMULATED_APP.storeaProductId,
+        purchaseDate,
+        originalPurchaseDate: bought,
+        expiresDate: purchaseDate + MONTH_MS,
+        transactionReason: period === 0 ? "PURCHASE" : "RENEWAL",
+        appAccountToken,
+      }),
+    );
+  }
+  // Store B: all three just bought, and waiting for the backend, as Google leaves them.
+  play.addSubscription({
+    packageName: SIMULATED_APP.packageName,
+    purchaseToken: purchases.storebPurchaseToken,
+    purchase: sampleSubscriptionPurchase({
+      acknowledgementState: "ACKNOWLEDGEMENT_STATE_PENDING",
+    }),
+  });
+  play.addProduct({
+    packageName: SIMULATED_APP.packageName,
+    productId: SIMULATED_APP.storebNonConsumableId,
+    purchaseToken: gateway.storebProductToken,
+    purchase: sampleProductPurchase({ acknowledgementState: 0 }),
+  });
+  play.addProduct({
+    packageName: SIMULATED_APP.packageName,
+    productId: SIMULATED_APP.storebConsumableId,
+    purchaseToken: gateway.storebConsumableToken,
+    purchase: sampleProductPurchase({ acknowledgementState: 0 }),
+  });
 }
 
 /** A token shaped like Play's: 24 letters, a dot, then an opaque base64url tail. */
