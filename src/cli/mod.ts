@@ -58,6 +58,7 @@ import { testWebhook } from "./webhook.ts";
 import { testStoreaNotification } from "./storea_test_notification.ts";
 import { lookupAudit } from "./audit.ts";
 import { triggerNotification } from "./trigger.ts";
+import { recoverNotifications } from "./notifications.ts";
 import { runRetention } from "./retention.ts";
 import { rotateKey } from "./encryption.ts";
 
@@ -385,6 +386,47 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         description:
           "Checks the whole chain, App Store -> service -> tenant: asks the App Store (Request a Test Notification, with the tenant's key) to send a TEST notification to the app's notification URL, polls its status until Apple reports an attempt (at most --wait), verifies the payload Apple reports, and looks for it in this service's events and for its delivery. Prints `{tenantId, environment, testNotificationToken, sendAttempts: [{attemptDate, sendAttemptResult}], received, eventId, delivery}`: `received` is true when this service stored that notification for the tenant, `delivery` its delivery's `{status, responseCode}` once the first attempt is recorded (null without a callback URL). Exits 0 when Apple reached the service and the delivery, if any, succeeded; otherwise 1 with the same fields, `failedHop` (`app_store_api`, `app_store`, `app_store_to_service`, `service` or `service_to_tenant`) and a code saying what failed (docs/operations.md, \"Checking the notification chain\").",
         run: testStoreaNotification,
+      },
+    ],
+  },
+  {
+    title: "Recovery",
+    commands: [
+      {
+        words: ["notifications", "recover"],
+        summary: "store and deliver what the stores failed to deliver",
+        options: {
+          tenant: {
+            value: "ID",
+            summary: "the tenant whose notifications to recover",
+            required: true,
+          },
+          since: {
+            value: "TIME",
+            summary: "the window's start, an ISO-8601 time",
+            required: true,
+          },
+          until: { value: "TIME", summary: "the window's end, an ISO-8601 time; default now" },
+          store: {
+            value: "storea|storeb",
+            summary: "only this store; default every store the tenant has credentials for",
+            choices: ["storea", "storeb"],
+          },
+          environment: {
+            value: "production|sandbox",
+            summary: "store A: only this environment; default the tenant's, both for auto",
+            choices: ["production", "sandbox"],
+          },
+          all: {
+            value: "",
+            flag: true,
+            summary:
+              "store A: every notification of the window, not only those Apple failed to deliver",
+          },
+        },
+        description:
+          "Reads the stores' own records of the window, as the service does every `RECOVERY_INTERVAL` from its checkpoints: store A's notification history (only what Apple failed to deliver, unless `--all`) and store B's voided purchases. Each notification takes the receiver's path: verified, then stored and delivered like one the store posted when it is new; a known one changes nothing; an invalid one is counted and logged, never relayed. The running services' dispatchers are woken to send what was stored. The window may reach as far back as the store keeps (store A: 180 days in production, 30 in sandbox; store B: 30 days) and the service remembers what it stored (`EVENT_RETENTION_DAYS`). Prints one line per store, `{tenantId, store, checked, recovered, known, invalid, failedSendAttempts}`: the records read, the new ones stored, the known ones, the invalid ones, and Apple's failed attempts to post by `sendAttemptResult` (`{}` for store B). A store's failure exits 1 with its code and what was done until then (docs/operations.md, \"Recovering missed notifications\").",
+        run: recoverNotifications,
       },
     ],
   },
