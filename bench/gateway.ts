@@ -291,6 +291,12 @@ export interface GatewayEndpointResult {
   rpsRatio: RoundRatio;
   /** The service's open-loop p99 over the bare proxy's. */
   p99Ratio: RoundRatio;
+  /**
+   * The bare proxy's CPU time per request over the service's, closed loop: the share of the bare
+   * proxy's req/s the service would keep on a whole core, steadier than req/s when other
+   * processes share the server's core.
+   */
+  cpuRatio: RoundRatio;
   /** Medians over the rounds. */
   median: {
     rate: number;
@@ -644,6 +650,11 @@ function summarize(endpoint: GatewayEndpoint, rounds: GatewayRound[]): GatewayEn
       rounds.map((round) => round.bare),
       (run) => run.open.p99Ms,
     ),
+    cpuRatio: roundRatio(
+      rounds.map((round) => round.bare),
+      rounds.map((round) => round.service),
+      (run) => run.closed.cpuMicrosPerRequest,
+    ),
     median: {
       rate: of((round) => round.rate),
       bareRps: of((round) => round.bare.closed.requestsPerSecond),
@@ -876,6 +887,11 @@ export function formatGatewayGoal(result: GatewayBenchmarkResult): string {
       endpoint.rpsRatio.rounds.map(ratio).join(", ")
     }; open p99 vs bare rounds ${endpoint.p99Ratio.rounds.map(times).join(", ")}`
   );
+  const cpu = result.endpoints.map((endpoint) =>
+    `${endpoint.endpoint.replace("POST /v1/", "")} ${pct(endpoint.cpuRatio.median)} (${
+      endpoint.median.bareCpuMicros.toFixed(0)
+    } against ${endpoint.median.serviceCpuMicros.toFixed(0)} µs)`
+  );
   const all = result.endpoints.flatMap((endpoint) => endpoint.rounds);
   const busy = (pick: (round: GatewayRound) => number) => pct(median(all.map(pick)));
   return [
@@ -885,6 +901,9 @@ export function formatGatewayGoal(result: GatewayBenchmarkResult): string {
     "",
     ...lines,
     ...verifyLines,
+    `- server CPU per request, closed loop (steadier than req/s when other processes share the ` +
+    `server's core): on a whole core the service would keep, of the bare proxy's req/s, ` +
+    `${cpu.join(", ")}`,
     `- runs: ${result.settings.warmupSeconds} s of warm-up, then ${result.settings.durationSeconds} ` +
     `s measured closed loop; then, in the same process, ${result.settings.warmupSeconds} s and ` +
     `${result.settings.durationSeconds} s open loop at half the service's req/s; ` +
