@@ -78,8 +78,11 @@ Deno.test("recovery checkpoints: one process at a time, and a lost lease writes 
     await tenantWithStorea(sql, "tenant_auto", "auto");
     await tenantWithStorea(sql, "tenant_sandbox", "sandbox");
     await tenantWithStorea(sql, "tenant_inactive", "auto", false);
-    await ensureCheckpoints(sql);
-    await ensureCheckpoints(sql); // a second replica's: nothing twice
+    await ensureCheckpoints(sql, 3_600_000);
+    // Due an interval after the credentials were set.
+    assert.equal(await claimCheckpoint(sql, "a", LEASE_MS), null);
+    await sql`UPDATE recovery_checkpoints SET next_run_at = now() - interval '1 second'`;
+    await ensureCheckpoints(sql, 0); // a second replica's: nothing twice, nothing changed
     const rows = await sql`
       SELECT tenant_id, store, environment FROM recovery_checkpoints
       ORDER BY tenant_id, environment`;

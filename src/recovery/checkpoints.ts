@@ -37,18 +37,21 @@ export interface Checkpoint extends CheckpointKey {
 
 /**
  * Adds the checkpoints that active tenants' credentials call for and lack: store A in each
- * environment its setting covers (`auto`: both), store B once. A new one is due at once.
+ * environment its setting covers (`auto`: both), store B once. A new one is due `firstRunInMs`
+ * from now: one interval after the credentials were set (or this version first ran), its first
+ * run looks back over what the stores may have failed to deliver meanwhile.
  */
-export async function ensureCheckpoints(sql: Sql): Promise<void> {
+export async function ensureCheckpoints(sql: Sql, firstRunInMs: number): Promise<void> {
+  const due = sql`now() + ${firstRunInMs} * interval '1 millisecond'`;
   await sql`
-    INSERT INTO recovery_checkpoints (tenant_id, store, environment)
-    SELECT a.tenant_id, 'storea', e.environment
+    INSERT INTO recovery_checkpoints (tenant_id, store, environment, next_run_at)
+    SELECT a.tenant_id, 'storea', e.environment, ${due}
     FROM storea_credentials a
     JOIN tenants t ON t.id = a.tenant_id AND t.active
     CROSS JOIN (VALUES ('production'), ('sandbox')) AS e(environment)
     WHERE a.environment IN ('auto', e.environment)
     UNION ALL
-    SELECT b.tenant_id, 'storeb', 'production'
+    SELECT b.tenant_id, 'storeb', 'production', ${due}
     FROM storeb_credentials b
     JOIN tenants t ON t.id = b.tenant_id AND t.active
     ON CONFLICT DO NOTHING`;

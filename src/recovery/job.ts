@@ -11,6 +11,9 @@
  *   token at the next run, soon after.
  * - A store's 429 postpones the tenant's next run to its `Retry-After`; another failure backs off
  *   from `RECOVERY_INTERVAL` upwards. Neither touches other tenants.
+ * - A tenant's checkpoints are first due one interval after its credentials were set (or this
+ *   version first ran); that first run looks back 3 days. A checkpoint due while no replica ran
+ *   (after an outage) is read at boot.
  * - Nothing here holds boot or the receivers: it starts after boot, reads one checkpoint at a
  *   time, and its timers do not keep the process alive; stopping cancels the call in flight.
  */
@@ -126,7 +129,7 @@ export class RecoveryJob {
   async #tick(): Promise<void> {
     const { sql, log } = this.#options;
     try {
-      await ensureCheckpoints(sql);
+      await ensureCheckpoints(sql, this.#options.intervalMs);
       for (let runs = 0; runs < MAX_RUNS_PER_TICK; runs++) {
         if (this.#stop.signal.aborted) return;
         const checkpoint = await claimCheckpoint(sql, this.owner, this.#leaseMs);
