@@ -478,8 +478,9 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         summary: "have the store simulators send a notification (dev only)",
         args: ["STORE", "TYPE"],
         usage: [
-          "storea NOTIFICATION_TYPE [--subtype SUBTYPE] --tenant ID",
+          "storea NOTIFICATION_TYPE [--subtype SUBTYPE] [--lost yes|RESULT] --tenant ID",
           "storeb subscription.N|one_time_product.N|voided_purchase|test --tenant ID",
+          "storeb voided_purchase --lost yes --tenant ID",
         ],
         options: {
           tenant: {
@@ -492,9 +493,14 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
             summary:
               "store A: the subtype, such as VOLUNTARY; store B voided_purchase: full_refund (the default) or partial_refund",
           },
+          lost: {
+            value: "yes|RESULT",
+            summary:
+              "lose it on the way: the store keeps it (store A with a failed attempt, TIMED_OUT for yes or the RESULT given, such as NO_RESPONSE; store B voided_purchase only) and the service's recovery finds it",
+          },
         },
         description:
-          "Needs a running `deno task dev` on the same `DATA_DIR`: its store simulators make a notification of any type the event catalog names (docs/events.md), signed with keys only the service it started trusts, and the command posts it to that service's receiver for the tenant, as the store would. The service stores it and delivers it to the tenant's callback URL like any notification. Prints `{tenantId, store, type, subtype, receiverUrl, eventId, isNew, event, reason, platformEvent, subject, callbackUrl, delivery}`, `delivery` once its first attempt is recorded (`{id, status, attempts, responseCode, error, nextAttemptAt}`; null without a callback URL). Refused with `DEV_ONLY` when NODE_ENV is production and with `SIMULATORS_NOT_RUNNING` without `deno task dev`, before anything is signed (docs/integration.md, \"Testing locally\").",
+          "Needs a running `deno task dev` on the same `DATA_DIR`: its store simulators make a notification of any type the event catalog names (docs/events.md), signed with keys only the service it started trusts, and the command posts it to that service's receiver for the tenant, as the store would. The service stores it and delivers it to the tenant's callback URL like any notification. Prints `{tenantId, store, type, subtype, receiverUrl, eventId, isNew, event, reason, platformEvent, subject, callbackUrl, delivery}`, `delivery` once its first attempt is recorded (`{id, status, attempts, responseCode, error, nextAttemptAt}`; null without a callback URL). Refused with `DEV_ONLY` when NODE_ENV is production and with `SIMULATORS_NOT_RUNNING` without `deno task dev`, before anything is signed (docs/integration.md, \"Testing locally\"). With `--lost`, nothing is posted: the store's simulator keeps the notification as one it failed to deliver (store A: in its notification history, with a failed attempt; store B: a voided purchase, in its list), and the command waits up to 90 s for the service's recovery to find it, then prints `{tenantId, store, type, subtype, lost, externalId, recovered, eventId, event, reason, platformEvent, subject, callbackUrl, delivery}` (`recovered` false, with a `hint`, when it was not found in time; docs/operations.md, \"Recovering missed notifications\").",
         run: triggerNotification,
       },
     ],

@@ -9,6 +9,11 @@
  * loopback for whoever can read the file it keeps in its DATA_DIR while it runs
  * ({@linkcode DEV_SIGNER_FILE}). Without that file, or when NODE_ENV is production, the command is
  * refused before anything is signed.
+ *
+ * With `--lost`, the notification is lost on the way instead: the simulators keep it as the store
+ * would (in the App Store's notification history with a failed send attempt; in Google Play's
+ * voided purchases list) and nothing is posted; the command then waits for the service's
+ * recovery to find it (docs/operations.md, "Recovering missed notifications").
  * @module
  */
 import { join } from "node:path";
@@ -45,36 +50,71 @@ export type StorebNotificationChoice =
   | { kind: "voided_purchase"; refundType: 1 | 2 }
   | { kind: "test" };
 
+/**
+ * A notification lost on the way: the store tried to post it and met `sendAttemptResult` (store
+ * A); store B keeps only voided purchases, in its list.
+ */
+export interface LostNotification {
+  sendAttemptResult: string;
+}
+
 /** What the command line asked for. */
 export type TriggerChoice =
-  | { store: "storea"; notificationType: string; subtype: string | null }
-  | { store: "storeb"; notification: StorebNotificationChoice };
+  & (
+    | { store: "storea"; notificationType: string; subtype: string | null }
+    | { store: "storeb"; notification: StorebNotificationChoice }
+  )
+  & { lost?: LostNotification };
 
 /** What the signer is asked to make: the choice, and what the tenant's receiver checks. */
 export type SignRequest =
-  | {
-    store: "storea";
-    notificationType: string;
-    subtype: string | null;
-    bundleId: string;
-    appId: number | null;
-  }
-  | {
-    store: "storeb";
-    notification: StorebNotificationChoice;
-    packageName: string;
-    pushAudience: string;
-    pushServiceAccount: string;
+  & (
+    | {
+      store: "storea";
+      notificationType: string;
+      subtype: string | null;
+      bundleId: string;
+      appId: number | null;
+    }
+    | {
+      store: "storeb";
+      notification: StorebNotificationChoice;
+      packageName: string;
+      pushAudience: string;
+      pushServiceAccount: string;
+    }
+  )
+  & {
+    /** Keep it at the store as lost on the way (and say so with `recorded`), not for posting. */
+    lost?: LostNotification;
   };
 
 /** The signer's answer: the request to send to the receiver, as the store would send it. */
 export interface SignedRequest {
   headers: Record<string, string>;
   body: string;
+  /** For a `lost` request: the store's simulator keeps it (and nothing is to be posted). */
+  recorded?: boolean;
 }
+
+/** Apple's `sendAttemptResult` values of a failed attempt. */
+export const FAILED_SEND_ATTEMPT_RESULTS = [
+  "TIMED_OUT",
+  "TLS_ISSUE",
+  "CIRCULAR_REDIRECT",
+  "NO_RESPONSE",
+  "SOCKET_ISSUE",
+  "UNSUPPORTED_CHARSET",
+  "INVALID_RESPONSE",
+  "PREMATURE_CLOSE",
+  "UNSUCCESSFUL_HTTP_RESPONSE_CODE",
+  "OTHER",
+] as const;
 
 const SIGNER_TIMEOUT_MS = 10_000;
 const RECEIVER_TIMEOUT_MS = 15_000;
+/** How long a lost notification is waited for: a few runs of the dev loop's recovery. */
+const RECOVERY_WAIT_MS = 90_000;
 const POLL_INTERVAL_MS = 100;
 const REFUND_TYPES: Record<string, 1 | 2> = { full_refund: 1, partial_refund: 2 };
 
@@ -87,7 +127,34 @@ const REFUND_TYPES: Record<string, 1 | 2> = { full_refund: 1, partial_refund: 2 
 export function parseTriggerChoice(
   store: string,
   type: string,
-  options: { subtype?: string } = {},
+  options: { subtype?: string; lost?: string } = {},
+): TriggerChoice {
+  const choice = parseNotificationChoice(store, type, options);
+  if (options.lost === undefined) return choice;
+  const lost = options.lost.toUpperCase();
+  if (choice.store === "storeb") {
+    if (choice.notification.kind !== "voided_purchase") {
+      throw new UsageError(
+        "store B keeps no record of a notification it failed to deliver, except of a voided " +
+          "purchase: --lost is for voided_purchase",
+      );
+    }
+    if (lost !== "YES") throw new UsageError("--lost for store B is yes");
+    return { ...choice, lost: { sendAttemptResult: "NO_RESPONSE" } };
+  }
+  const result = lost === "YES" ? "TIMED_OUT" : lost;
+  if (!(FAILED_SEND_ATTEMPT_RESULTS as readonly string[]).includes(result)) {
+    throw new UsageError(
+      `--lost is yes or what the App Store met: ${FAILED_SEND_ATTEMPT_RESULTS.join(", ")}`,
+    );
+  }
+  return { ...choice, lost: { sendAttemptResult: result } };
+}
+
+function parseNotificationChoice(
+  store: string,
+  type: string,
+  options: { subtype?: string },
 ): TriggerChoice {
   const subtype = options.subtype;
   const named = namedNotificationTypes();
@@ -159,13 +226,23 @@ export async function triggerNotification(
       "trigger makes notifications with the store simulators' test keys: it is refused when NODE_ENV is production",
     );
   }
-  const choice = parseTriggerChoice(store, type, { subtype: options.subtype });
+  const choice = parseTriggerChoice(store, type, {
+    subtype: options.subtype,
+    lost: options.lost,
+  });
   const signer = await readSignerFile(context.config.dataDir);
   const tenantId = options.tenant!;
   const { db } = await context.open();
   const tenant = await mustFindTenant(db, tenantId);
   const request = await signRequestFor(db, tenantId, choice);
   const signed = await askSigner(signer, request);
+  if (choice.lost !== undefined) {
+    return await lostAndRecovered(
+      db,
+      { tenantId, choice, signed, callbackUrl: tenant.callbackUrl },
+      context,
+    );
+  }
 
   const receiverUrl = `${signer.serviceUrl}/v1/webhooks/${choice.store}/${
     encodeURIComponent(tenantId)
@@ -187,6 +264,77 @@ export async function triggerNotification(
     callbackUrl: tenant.callbackUrl,
     delivery,
   };
+}
+
+/**
+ * A notification the simulators kept as lost: its id, then the event the service's recovery made
+ * of it and its delivery, once found (`recovered` false when the wait ran out).
+ */
+async function lostAndRecovered(
+  db: Database,
+  lost: {
+    tenantId: string;
+    choice: TriggerChoice;
+    signed: SignedRequest;
+    callbackUrl: string | null;
+  },
+  context: CliContext,
+): Promise<CommandOutput> {
+  const { tenantId, choice, signed } = lost;
+  if (signed.recorded !== true) {
+    throw new CommandError(
+      "SIMULATORS_CANNOT_LOSE",
+      "the running `deno task dev` cannot keep a lost notification: restart it with this version",
+    );
+  }
+  const externalId = lostNotificationId(choice, signed.body);
+  const head = {
+    tenantId,
+    store: choice.store,
+    type: choice.store === "storea" ? choice.notificationType : storebTypeName(choice),
+    subtype: subtypeOf(choice),
+    lost: choice.lost,
+    externalId,
+  };
+  const deadline = Date.now() + RECOVERY_WAIT_MS;
+  for (;;) {
+    const [row] = await db.sql`
+      SELECT id FROM events
+      WHERE tenant_id = ${tenantId} AND source = ${choice.store} AND external_id = ${externalId}`;
+    if (row) {
+      const delivery = await firstAttempt(db, row.id, context.config.deliveryTimeoutMs + 5_000);
+      return {
+        ...head,
+        recovered: true,
+        eventId: row.id,
+        ...await eventOf(db, row.id),
+        callbackUrl: lost.callbackUrl,
+        delivery,
+      };
+    }
+    if (Date.now() >= deadline) {
+      return {
+        ...head,
+        recovered: false,
+        hint: "not found by the service's recovery yet: it reads the stores every " +
+          "RECOVERY_INTERVAL; run notifications recover for this tenant to read them now",
+      };
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+/** The key a lost notification is stored under: its notificationUUID, or `voided:<orderId>`. */
+function lostNotificationId(choice: TriggerChoice, body: string): string {
+  const parsed = JSON.parse(body);
+  if (choice.store === "storea") {
+    const payload = parsed.signedPayload.split(".")[1];
+    const bytes = Uint8Array.fromBase64(payload, { alphabet: "base64url" });
+    return JSON.parse(new TextDecoder().decode(bytes)).notificationUUID;
+  }
+  const data = Uint8Array.fromBase64(parsed.message.data);
+  const notification = JSON.parse(new TextDecoder().decode(data));
+  return `voided:${notification.voidedPurchaseNotification.orderId}`;
 }
 
 /** The signer file of a running `deno task dev` on `dataDir`; SIMULATORS_NOT_RUNNING without. */
@@ -230,7 +378,14 @@ async function signRequestFor(
   if (choice.store === "storea") {
     const storea = credentials.storea as { bundleId: string; appId: number | null } | null;
     if (storea === null) throw credentialsMissing(tenantId, "storea");
-    return { ...choice, bundleId: storea.bundleId, appId: storea.appId };
+    return {
+      store: "storea",
+      notificationType: choice.notificationType,
+      subtype: choice.subtype,
+      bundleId: storea.bundleId,
+      appId: storea.appId,
+      ...(choice.lost === undefined ? {} : { lost: choice.lost }),
+    };
   }
   const storeb = credentials.storeb as {
     packageName: string;
@@ -241,10 +396,12 @@ async function signRequestFor(
     throw credentialsMissing(tenantId, "storeb");
   }
   return {
-    ...choice,
+    store: "storeb",
+    notification: choice.notification,
     packageName: storeb.packageName,
     pushAudience: storeb.pushAudience,
     pushServiceAccount: storeb.pushServiceAccount,
+    ...(choice.lost === undefined ? {} : { lost: choice.lost }),
   };
 }
 
