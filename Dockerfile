@@ -23,7 +23,7 @@ COPY --from=build /src/dist/purchase-relay /usr/local/bin/purchase-relay
 # DATA_DIR exists in the image and belongs to the nonroot user (65532), so that a new volume
 # mounted on it is writable by the service; a bind mount needs `chown 65532:65532` on the host.
 # The executable may write only there and read only there and in /etc/purchase-relay (its
-# permissions are fixed when it is built: docs/operations.md, "Permissions"), so keep DATA_DIR.
+# permissions are fixed when it is built: docs/deploy.md, "Permissions"), so keep DATA_DIR.
 COPY --from=build --chown=65532:65532 /state /var/lib/purchase-relay
 ENV DATA_DIR=/var/lib/purchase-relay NODE_ENV=production PORT=8080
 VOLUME ["/var/lib/purchase-relay"]

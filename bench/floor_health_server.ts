@@ -1,6 +1,6 @@
 /**
  * The floor for `bench/health.ts`: the bare server plus only what every response must have
- * (docs/integration.md, "Common headers"; docs/operations.md, "Logs"): the `X-Request-Id` and
+ * (docs/integration.md, "Common headers"; docs/observability.md, "Logs"): the `X-Request-Id` and
  * `X-Service-Version` headers, and one `http_request` JSON line per request on stdout, written by
  * the service's own logger (src/log.ts, which batches its writes). No routing, no error handling,
  * no shutdown.

@@ -2,7 +2,7 @@
  * The cost of telemetry on `GET /health`: the service as in production (embedded engine,
  * `NODE_ENV=production`, `LOG_LEVEL=info`) with OpenTelemetry off, and with `OTEL_DENO=true`
  * exporting (the default `http/protobuf`) to an OTLP sink on loopback that this process runs and
- * that answers every export at once (docs/operations.md, "Telemetry").
+ * that answers every export at once (docs/observability.md, "Telemetry").
  *
  * Also with 1% of traces sampled, and the bare `Deno.serve` of bench/bare_health_server.ts off and
  * on, which tells how much of the cost is the runtime's own instrumentation of every request.

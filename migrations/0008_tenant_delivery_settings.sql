@@ -1,5 +1,5 @@
--- How each tenant's deliveries are routed and what they carry (docs/operations.md, "Routing
--- deliveries"; docs/integration.md, "State on every delivery").
+-- How each tenant's deliveries are routed and what they carry (docs/configuration.md, "Routing
+-- deliveries"; docs/deliveries.md, "State on every delivery").
 --
 -- sandbox_callback_url: where store A Sandbox notifications go, when set; else the callback URL.
 -- event_filter: event names and `prefix.*` patterns; an event matching none is stored with no

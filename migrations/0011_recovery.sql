@@ -1,5 +1,5 @@
 -- Where the recovery of missed notifications stands, per tenant, store and environment
--- (docs/operations.md, "Recovering missed notifications"): the service reads the stores' own
+-- (docs/recovery.md, "Recovering missed notifications"): the service reads the stores' own
 -- records (store A's notification history, store B's voided purchases) every RECOVERY_INTERVAL,
 -- from where the last run ended, and one replica at a time reads each.
 --

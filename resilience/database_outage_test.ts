@@ -1,5 +1,5 @@
 /**
- * The database made unreachable while traffic flows (docs/operations.md, "The database goes away"),
+ * The database made unreachable while traffic flows (docs/postgresql.md, "The database goes away"),
  * through a TCP proxy between the service and PostgreSQL: `/health` stays 200, `/ready` turns 503
  * naming the failing check, verify answers 500 `INTERNAL_ERROR`, the receivers answer 500 so the
  * stores send again; nothing acknowledged is lost, and everything recovers without a restart.

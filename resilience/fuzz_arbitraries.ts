@@ -1705,7 +1705,7 @@ export type PushTokenFault =
   | "omit-aud"
   | "omit-iss";
 
-/** The answer to each single fault (docs/operations.md, "How a notification is received"). */
+/** The answer to each single fault (docs/relay.md, "How a notification is received"). */
 export const PUSH_FAULT_CODE: Record<PushTokenFault, "UNAUTHENTICATED" | "SIGNATURE_INVALID"> = {
   "audience": "SIGNATURE_INVALID",
   "email": "SIGNATURE_INVALID",

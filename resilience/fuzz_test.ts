@@ -170,7 +170,7 @@ const OUTCOMES: Record<arb.RouteName, string[]> = {
     "SIGNATURE_INVALID",
     "TENANT_NOT_FOUND",
     // A certificate chain never seen, once the budget for those is spent
-    // (docs/operations.md, "Forged certificate chains").
+    // (docs/security.md, "Forged certificate chains").
     "RATE_LIMITED",
   ],
   "storeb-webhook": [

@@ -1,5 +1,5 @@
 /**
- * Three service processes on one PostgreSQL database (docs/operations.md, "Queue and replicas"):
+ * Three service processes on one PostgreSQL database (docs/relay.md, "Queue and replicas"):
  * 1,000 notifications spread over them are each delivered exactly once, retries included, whichever
  * process claims them.
  */

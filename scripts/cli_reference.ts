@@ -1,5 +1,5 @@
 /**
- * `deno task docs:cli`: writes the CLI reference into docs/operations.md ("Admin CLI"), between
+ * `deno task docs:cli`: writes the CLI reference into docs/cli_reference.md ("Commands"), between
  * the two marker comments, from the command table in src/cli/mod.ts. tests/docs_test.ts fails
  * while the two differ.
  * @module
@@ -8,9 +8,9 @@ import { COMMAND_GROUPS } from "../src/cli/mod.ts";
 import { referenceMarkdown } from "../src/cli/help.ts";
 import { type GeneratedPart, writeParts } from "./generated_docs.ts";
 
-/** The CLI reference in docs/operations.md. */
+/** The CLI reference in docs/cli_reference.md. */
 export const CLI_REFERENCE: GeneratedPart = {
-  file: "docs/operations.md",
+  file: "docs/cli_reference.md",
   markers: {
     start:
       "<!-- cli-reference: made from src/cli/mod.ts by `deno task docs:cli`; edit the table there -->",

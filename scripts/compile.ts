@@ -35,7 +35,7 @@ try {
     args: [
       "compile",
       // Fixed now, for the paths of the systemd unit and the container image: the executable
-      // cannot follow a DATA_DIR chosen when it runs (docs/operations.md, "Permissions").
+      // cannot follow a DATA_DIR chosen when it runs (docs/deploy.md, "Permissions").
       ...executablePermissions(),
       "--include",
       "migrations/",

@@ -1,8 +1,7 @@
 /**
- * `deno task docs:config`: writes the configuration reference into docs/operations.md ("All
- * variables") and the example environment file, deploy/purchase-relay.env.example (and its copy
- * in docs/operations.md), from the table of variables in src/config.ts. tests/docs_test.ts fails
- * while they differ from the table.
+ * `deno task docs:config`: writes the configuration reference, docs/config_reference.md ("All
+ * variables"), and the example environment file, deploy/purchase-relay.env.example, from the table
+ * of variables in src/config.ts. tests/docs_test.ts fails while they differ from the table.
  * @module
  */
 import { CONFIG_GROUPS, CONFIG_VARIABLES, type ConfigVariable } from "../src/config.ts";
@@ -11,9 +10,9 @@ import { type GeneratedPart, writeParts } from "./generated_docs.ts";
 
 const MADE_FROM_TABLE = "made from src/config.ts by `deno task docs:config`; edit the table there";
 
-/** The reference in docs/operations.md: the formats, then one row per variable. */
+/** The reference in docs/config_reference.md: the formats, then one row per variable. */
 export const CONFIG_REFERENCE: GeneratedPart = {
-  file: "docs/operations.md",
+  file: "docs/config_reference.md",
   markers: {
     start: `<!-- config-reference: ${MADE_FROM_TABLE} -->`,
     end: "<!-- config-reference end -->",
@@ -30,23 +29,8 @@ export const ENV_EXAMPLE: GeneratedPart = {
   render: environmentExample,
 };
 
-/** The example environment file as docs/operations.md shows it. */
-export const ENV_EXAMPLE_IN_OPERATIONS: GeneratedPart = {
-  file: "docs/operations.md",
-  markers: {
-    start: `<!-- env-example: ${MADE_FROM_TABLE} -->`,
-    end: "<!-- env-example end -->",
-  },
-  task: "docs:config",
-  render: () => "```sh\n" + environmentExample() + "```\n",
-};
-
 /** What `deno task docs:config` writes. */
-export const CONFIG_PARTS: readonly GeneratedPart[] = [
-  CONFIG_REFERENCE,
-  ENV_EXAMPLE,
-  ENV_EXAMPLE_IN_OPERATIONS,
-];
+export const CONFIG_PARTS: readonly GeneratedPart[] = [CONFIG_REFERENCE, ENV_EXAMPLE];
 
 /** How an unset variable reads (Markdown). */
 export function defaultOf(row: ConfigVariable): string {
@@ -78,7 +62,7 @@ const ENV_EXAMPLE_HEADER = `
 The environment of purchase-relay.service, installed as /etc/purchase-relay/env (owner root, mode
 0600: it holds ENCRYPTION_KEY and the database password). The same file serves the admin CLI and
 \`docker run --env-file\`. Every variable the service reads is listed below with its meaning and
-default, as in docs/operations.md ("All variables").
+default, as in docs/config_reference.md ("All variables").
 
 Format: one VARIABLE=value per line, no spaces around "=". Write values without quotes,
 backslashes or $ (systemd interprets them, \`docker run --env-file\` does not); base64 and URLs need
@@ -121,10 +105,10 @@ function unsetSentence(row: ConfigVariable): string {
 
 /**
  * Markdown as `#` lines of at most {@linkcode WIDTH} characters: no backticks, and links as the
- * heading of docs/operations.md they point to. A code span is never split across lines.
+ * page of docs/ and the heading they point to. A code span is never split across lines.
  */
 function comment(markdown: string): string[] {
-  const text = markdown.replace(/\[([^\]]+)\]\(#[^)]+\)/g, 'docs/operations.md, "$1"');
+  const text = markdown.replace(/\[([^\]]+)\]\(([a-z_]+\.md)#[^)]+\)/g, 'docs/$2, "$1"');
   const words = (text.match(/(?:`[^`]*`|[^\s`])+/g) ?? []).map((word) => word.replaceAll("`", ""));
   const lines: string[] = [];
   let line = "#";

@@ -713,7 +713,7 @@ function whatNext(demo: Demo, keep: boolean): void {
     bold("What next"),
     "  - Build your backend against it: `deno task dev` runs the service against these",
     "    simulators with a ready tenant, and `deno task cli trigger` sends any event to your",
-    '    endpoint (docs/integration.md, "Testing locally")',
+    '    endpoint (docs/testing.md, "Testing locally")',
     "  - Integrate your backend: docs/integration.md (the verify answers, deliveries, and how to",
     "    check a signature, with examples in docs/examples/)",
     "  - Event names of both stores: docs/events.md",

@@ -1,6 +1,6 @@
 /**
  * `deno task dev`: the service on this machine wired to the store simulators, with a tenant ready
- * to call, for developing a backend against it (docs/integration.md, "Testing locally").
+ * to call, for developing a backend against it (docs/testing.md, "Testing locally").
  *
  * It starts the simulators in this process (a test PKI and fake App Store Server API, a fake
  * Play Developer API and OAuth endpoint, a fake Google issuer of push tokens), the service as a
@@ -236,7 +236,7 @@ async function startAll(running: Running, own: Record<string, string>): Promise<
   await Deno.writeTextFile(statePath, JSON.stringify(state, null, 2), { mode: 0o600 });
   const tenant = await cli(["tenant", "show", state.tenantId]);
   // As App Store Connect's notification URL would: the tenant's store A receiver, in both
-  // environments (docs/operations.md, "Checking the notification chain").
+  // environments (docs/configuration.md, "Checking the notification chain").
   stores.storeaApi.setNotificationUrl({
     bundleId: SIMULATED_APP.bundleId,
     url: `${serviceUrl}/v1/webhooks/storea/${state.tenantId}`,

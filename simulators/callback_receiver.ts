@@ -1,7 +1,7 @@
 /**
  * A tenant's callback endpoint on loopback, for tests, the demo and tenant developers. It records
  * every request the service sends, checks its `X-Service-Signature` against the tenant's webhook
- * secrets (docs/integration.md, "Verifying deliveries"), and can be scripted to answer the way real
+ * secrets (docs/deliveries.md, "Verifying deliveries"), and can be scripted to answer the way real
  * receivers fail: any status with any headers (a 429 with `Retry-After`, a 302 with `Location`),
  * slow answers, answers that never come, connections reset without an answer, and oversized bodies.
  *
@@ -73,7 +73,7 @@ export interface ReceivedDelivery {
   json: unknown;
   /** Whether `X-Service-Signature` verifies with one of the secrets set at arrival. */
   signatureValid: boolean;
-  /** Why the signature was refused (docs/integration.md, "Verifying deliveries"); null if valid. */
+  /** Why the signature was refused (docs/deliveries.md, "Verifying deliveries"); null if valid. */
   signatureRefusal: SignatureRefusal | null;
   /** The status answered; 0 while unanswered, and for good after a reset or a hang. */
   answeredStatus: number;

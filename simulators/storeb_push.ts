@@ -24,7 +24,7 @@
  *
  * Like Google, the issuer signs for any `email`: a token for a stranger's service account with
  * the tenant's audience is what someone else's push subscription would carry, and a verifier must
- * refuse it by its `email` alone (docs/operations.md, "Store B: Google Play Real-time developer
+ * refuse it by its `email` alone (docs/configuration.md, "Store B: Google Play Real-time developer
  * notifications").
  *
  * The JWKS runs on `node:http` and closes every connection after its answer: Deno's fetch

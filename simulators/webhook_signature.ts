@@ -2,7 +2,7 @@
  * What a tenant's receiver does with a delivery's `X-Service-Signature`, for the simulators'
  * callback receiver and the tests. The service only signs (src/delivery/signature.ts); it never
  * checks a delivery signature itself, so this lives with the simulators. The rules are those of
- * docs/integration.md, "Verifying deliveries", and of the examples in docs/examples/.
+ * docs/deliveries.md, "Verifying deliveries", and of the examples in docs/examples/.
  *
  * The expected signature is computed here from those rules, as a tenant would, never with the
  * service's own signing code: every end-to-end test that checks a delivery's signature through
@@ -83,7 +83,7 @@ export function verifySignature(
   return checkSignature(secret, header, body, options).valid;
 }
 
-/** HMAC-SHA256 of `<t>.<body>` keyed with the secret (docs/integration.md, "What is signed"). */
+/** HMAC-SHA256 of `<t>.<body>` keyed with the secret (docs/deliveries.md, "What is signed"). */
 function expectedSignature(secret: string, timestamp: number, body: string): Buffer {
   return createHmac("sha256", secret).update(`${timestamp}.${body}`, "utf8").digest();
 }

@@ -84,7 +84,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     dataDir: config.dataDir,
     poolSize: config.databasePoolSize,
     // The dispatcher's claims and records do not queue behind the receivers' statements
-    // (docs/operations.md, "Connections").
+    // (docs/postgresql.md, "Connections").
     dispatchPoolSize: DISPATCH_POOL_SIZE,
     timeoutMs: config.databaseConnectTimeoutMs,
     shareEmbedded: true,
@@ -111,7 +111,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
       previousKeyId: box.previous.keyId,
       canaryOpensWith: readiness.canaryOpensWith,
       hint: "once every replica has this configuration, run encryption rotate-key; then remove " +
-        'ENCRYPTION_KEY_PREVIOUS (docs/operations.md, "Rotating ENCRYPTION_KEY")',
+        'ENCRYPTION_KEY_PREVIOUS (docs/maintenance.md, "Rotating ENCRYPTION_KEY")',
     });
   }
   await warnAboutTenantsWithoutPushAccount(db, log);
@@ -165,7 +165,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     ...(db.engine === "embedded" ? { maxInFlight: EMBEDDED_INGEST_IN_FLIGHT } : {}),
   });
   // The notifications the stores failed to deliver, read back from their own records
-  // (docs/operations.md, "Recovering missed notifications"); stopped before the dispatcher.
+  // (docs/recovery.md, "Recovering missed notifications"); stopped before the dispatcher.
   if (config.recoveryIntervalMs > 0) {
     const recovery = new RecoveryJob({
       sql: db.sql,
@@ -274,7 +274,7 @@ async function storeaRootCertificates(config: Config, log: Logger): Promise<Uint
 
 /**
  * A `DATABASE_URL` to another machine with no `sslmode`: worth a warning at each boot, except
- * where development or test was asked for (docs/operations.md, "TLS to PostgreSQL").
+ * where development or test was asked for (docs/postgresql.md, "TLS to PostgreSQL").
  */
 function warnAboutPlainDatabaseConnection(config: Config, log: Logger): void {
   if (config.setVariables.includes("NODE_ENV") && config.env !== "production") return;
@@ -287,7 +287,7 @@ function warnAboutPlainDatabaseConnection(config: Config, log: Logger): void {
   });
 }
 
-/** Their store B notifications are refused (docs/operations.md, "Store B (Google Play)"). */
+/** Their store B notifications are refused (docs/configuration.md, "Store B (Google Play)"). */
 async function warnAboutTenantsWithoutPushAccount(db: Database, log: Logger): Promise<void> {
   const withoutPushAccount = await tenantsWithoutPushServiceAccount(db.sql);
   if (withoutPushAccount.count > 0) {
@@ -338,7 +338,7 @@ function startValidationAudit(
 /**
  * Starts the retention of events, deliveries and attempts (`EVENT_RETENTION_DAYS`, unless 0): a
  * prune at boot, in the background, then every hour, so that each run has about an hour's worth
- * to delete (docs/operations.md, "Retention").
+ * to delete (docs/relay.md, "Retention").
  */
 function startEventRetention(
   db: Database,

@@ -208,7 +208,7 @@ export const CONFIG_GROUPS = [
         parser: oneOf(["production", "development", "test"]),
         default: "development",
         description:
-          "Deployment mode, logged as `env` in `listening`. `production` requires `ENCRYPTION_KEY`, keeps stack traces and error messages out of the logs, and allows only https callback URLs that resolve to public addresses: see [Production settings](#production-settings). Unset, it is `development` for the logs and the generated key, but callbacks follow production's rules until `development` or `test` is asked for (`deno task dev` does); the `listening` line says which rules apply and why.",
+          "Deployment mode, logged as `env` in `listening`. `production` requires `ENCRYPTION_KEY`, keeps stack traces and error messages out of the logs, and allows only https callback URLs that resolve to public addresses: see [Production settings](configuration.md#production-settings). Unset, it is `development` for the logs and the generated key, but callbacks follow production's rules until `development` or `test` is asked for (`deno task dev` does); the `listening` line says which rules apply and why.",
         example: { set: "production" },
       }),
       variable({
@@ -225,7 +225,7 @@ export const CONFIG_GROUPS = [
         defaultText:
           "required in production; otherwise generated once into `DATA_DIR/encryption.key` (mode 0600) with a `warn` line",
         description:
-          "The master key that seals store credentials and webhook secrets, for example from `openssl rand -base64 32`. The same on every replica and for the CLI. Back it up apart from the database: without it the sealed values cannot be opened. See [Secrets at rest](#secrets-at-rest).",
+          "The master key that seals store credentials and webhook secrets, for example from `openssl rand -base64 32`. The same on every replica and for the CLI. Back it up apart from the database: without it the sealed values cannot be opened. See [Secrets at rest](security.md#secrets-at-rest).",
         example: { set: "" },
       }),
       variable({
@@ -243,7 +243,7 @@ export const CONFIG_GROUPS = [
         unset: () => null,
         defaultText: "unset: values are sealed and opened with `ENCRYPTION_KEY` alone",
         description:
-          "The key being rotated away from, while `ENCRYPTION_KEY` is the new one: values sealed with either open, new ones are sealed with `ENCRYPTION_KEY`. Set it on every replica, run `encryption rotate-key`, then remove it. See [Rotating `ENCRYPTION_KEY`](#rotating-encryption_key).",
+          "The key being rotated away from, while `ENCRYPTION_KEY` is the new one: values sealed with either open, new ones are sealed with `ENCRYPTION_KEY`. Set it on every replica, run `encryption rotate-key`, then remove it. See [Rotating `ENCRYPTION_KEY`](maintenance.md#rotating-encryption_key).",
       }),
       variable({
         name: "DATABASE_URL",
@@ -254,7 +254,7 @@ export const CONFIG_GROUPS = [
         defaultText:
           "unset: the embedded engine in `DATA_DIR`, for one process on one machine only",
         description:
-          "The PostgreSQL server, `postgres://USER:PASSWORD@HOST:PORT/DATABASE` with the password's special characters percent-encoded. Never logged. TLS: `?sslmode=verify-full` checks the server (with `DATABASE_CA_FILE` when its CA is not a public one), `require` only encrypts; a host other than this machine without `sslmode` logs `database_tls_unset` at boot unless `NODE_ENV` is `development` or `test`. See [TLS to PostgreSQL](#tls-to-postgresql).",
+          "The PostgreSQL server, `postgres://USER:PASSWORD@HOST:PORT/DATABASE` with the password's special characters percent-encoded. Never logged. TLS: `?sslmode=verify-full` checks the server (with `DATABASE_CA_FILE` when its CA is not a public one), `require` only encrypts; a host other than this machine without `sslmode` logs `database_tls_unset` at boot unless `NODE_ENV` is `development` or `test`. See [TLS to PostgreSQL](postgresql.md#tls-to-postgresql).",
         example: {
           set:
             "postgres://purchase_relay:CHANGE_ME@db.internal:5432/purchase_relay?sslmode=verify-full",
@@ -314,7 +314,7 @@ export const CONFIG_GROUPS = [
         parser: integer(1, 1000),
         default: "10",
         description:
-          "Database connections per service process for requests; on PostgreSQL each process holds 4 more, 3 for its dispatcher and one listening for the dispatchers' wake-up ([Connections](#connections)). CLI commands use 2 whatever this says.",
+          "Database connections per service process for requests; on PostgreSQL each process holds 4 more, 3 for its dispatcher and one listening for the dispatchers' wake-up ([Connections](postgresql.md#connections)). CLI commands use 2 whatever this says.",
       }),
       variable({
         name: "DATABASE_CONNECT_TIMEOUT",
@@ -332,7 +332,7 @@ export const CONFIG_GROUPS = [
         unset: () => null,
         defaultText: "unset: the CAs the runtime trusts",
         description:
-          "CA certificates that replace the runtime's for `sslmode=verify-full`, on `DATABASE_URL` and `DATABASE_LISTEN_URL` (one file: put several CAs in it if the two need different ones). Read at boot. See [TLS to PostgreSQL](#tls-to-postgresql).",
+          "CA certificates that replace the runtime's for `sslmode=verify-full`, on `DATABASE_URL` and `DATABASE_LISTEN_URL` (one file: put several CAs in it if the two need different ones). Read at boot. See [TLS to PostgreSQL](postgresql.md#tls-to-postgresql).",
         example: { shown: "/etc/purchase-relay/db-ca.pem" },
       }),
       variable({
@@ -342,7 +342,7 @@ export const CONFIG_GROUPS = [
         needs: "DATABASE_URL",
         default: "none",
         description:
-          "`none` for a direct connection or a pooler in session mode; `transaction` when `DATABASE_URL` goes through a pooler in transaction mode (PgBouncer `pool_mode = transaction`, Supavisor port 6543, Neon's `-pooler` host): no named prepared statements, and no `LISTEN` through it. With `none`, a boot that finds such a pooler stops with `POOLER_MODE_MISMATCH`. See [Connection poolers](#connection-poolers).",
+          "`none` for a direct connection or a pooler in session mode; `transaction` when `DATABASE_URL` goes through a pooler in transaction mode (PgBouncer `pool_mode = transaction`, Supavisor port 6543, Neon's `-pooler` host): no named prepared statements, and no `LISTEN` through it. With `none`, a boot that finds such a pooler stops with `POOLER_MODE_MISMATCH`. See [Connection poolers](postgresql.md#connection-poolers).",
       }),
       variable({
         name: "DATABASE_LISTEN_URL",
@@ -367,7 +367,7 @@ export const CONFIG_GROUPS = [
         ),
         default: "./data",
         description:
-          "The embedded database (`DATA_DIR/pglite`), its socket and lock file, and the generated development key. Relative to the working directory. The systemd unit and the image set `/var/lib/purchase-relay`, the only place the compiled executable may write, so leave it there ([Permissions](#permissions)); `deno task start` follows any value.",
+          "The embedded database (`DATA_DIR/pglite`), its socket and lock file, and the generated development key. Relative to the working directory. The systemd unit and the image set `/var/lib/purchase-relay`, the only place the compiled executable may write, so leave it there ([Permissions](deploy.md#permissions)); `deno task start` follows any value.",
       }),
     ],
   },
@@ -380,7 +380,7 @@ export const CONFIG_GROUPS = [
         parser: positiveNumber,
         default: "100",
         description:
-          "Token-bucket refill per tenant, per process. See [Rate limiting](#rate-limiting).",
+          "Token-bucket refill per tenant, per process. See [Rate limiting](configuration.md#rate-limiting).",
       }),
       variable({
         name: "RATE_LIMIT_BURST",
@@ -400,7 +400,7 @@ export const CONFIG_GROUPS = [
         parser: boolean,
         default: "false",
         description:
-          "Records every verify outcome in the `validation_audit` table, in the background. See [Validation audit](#validation-audit).",
+          "Records every verify outcome in the `validation_audit` table, in the background. See [Validation audit](configuration.md#validation-audit).",
       }),
       variable({
         name: "VALIDATION_AUDIT_RETENTION_DAYS",
@@ -423,7 +423,7 @@ export const CONFIG_GROUPS = [
         parser: integer(0, 36500),
         default: "90",
         description:
-          "Days a delivered or failed delivery is kept, with its attempts and its event; `0` keeps them forever. Pending deliveries are never deleted. Pruned at boot and every hour, in small batches. Keep at least 31 so that a notification a store sends again is still recognised as a duplicate (a shorter period logs `event_retention_short` at boot). See [Retention](#retention).",
+          "Days a delivered or failed delivery is kept, with its attempts and its event; `0` keeps them forever. Pending deliveries are never deleted. Pruned at boot and every hour, in small batches. Keep at least 31 so that a notification a store sends again is still recognised as a duplicate (a shorter period logs `event_retention_short` at boot). See [Retention](relay.md#retention).",
       }),
     ],
   },
@@ -462,7 +462,7 @@ export const CONFIG_GROUPS = [
           if ((value as number) < 3_600_000) throw new InvalidValue("is shorter than 1h");
         },
         description:
-          "How long after Apple signed it (`signedDate`) a notification posted to the receiver is still accepted; older ones get 401 `SIGNATURE_INVALID` and the log line `storea_notification_too_old`, since anyone holding an old genuine notification could post it again. The default covers Apple's retries (five, the last about 6.5 days after the first attempt) with room to spare; keys of events are kept at least this long (see [Retention](#retention)). Notifications recovered from Apple's history are not subject to it. See [Old notifications](#old-notifications).",
+          "How long after Apple signed it (`signedDate`) a notification posted to the receiver is still accepted; older ones get 401 `SIGNATURE_INVALID` and the log line `storea_notification_too_old`, since anyone holding an old genuine notification could post it again. The default covers Apple's retries (five, the last about 6.5 days after the first attempt) with room to spare; keys of events are kept at least this long (see [Retention](relay.md#retention)). Notifications recovered from Apple's history are not subject to it. See [Old notifications](security.md#old-notifications).",
       }),
       variable({
         name: "CRYPTO_ENGINE",
@@ -471,7 +471,7 @@ export const CONFIG_GROUPS = [
         default: "auto",
         defaultText: "`auto`: OpenSSL when it opens, else WebCrypto",
         description:
-          "What checks ES256 signatures; see [ES256 engine](#es256-engine). `openssl` stops the boot when libcrypto cannot be used (`CRYPTO_ENGINE_UNAVAILABLE`). The `listening` line says which engine runs.",
+          "What checks ES256 signatures; see [ES256 engine](configuration.md#es256-engine). `openssl` stops the boot when libcrypto cannot be used (`CRYPTO_ENGINE_UNAVAILABLE`). The `listening` line says which engine runs.",
       }),
       variable({
         name: "UPSTREAM_TIMEOUT",
@@ -530,7 +530,7 @@ export const CONFIG_GROUPS = [
         },
         default: "1h",
         description:
-          "How often each active tenant is reconciled with the stores' own records, by one replica at a time: store A's notification history (the notifications Apple failed to deliver, in each environment the tenant's setting covers) and store B's voided purchases, from where the last run ended; what the service never received is stored and delivered like a notification. A run costs about one call per store and environment. `0` turns it off; `notifications recover` still works. See [Recovering missed notifications](#recovering-missed-notifications).",
+          "How often each active tenant is reconciled with the stores' own records, by one replica at a time: store A's notification history (the notifications Apple failed to deliver, in each environment the tenant's setting covers) and store B's voided purchases, from where the last run ended; what the service never received is stored and delivered like a notification. A run costs about one call per store and environment. `0` turns it off; `notifications recover` still works. See [Recovering missed notifications](recovery.md#recovering-missed-notifications).",
       }),
     ],
   },
@@ -551,7 +551,7 @@ export const CONFIG_GROUPS = [
         parser: duration,
         default: "10s",
         description:
-          "Time limit of one delivery attempt, resolving the callback's host name included (and of `webhook test`). A claimed delivery is leased for twice this plus 5 s. Part of the shutdown drain ([Shutdown](#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
+          "Time limit of one delivery attempt, resolving the callback's host name included (and of `webhook test`). A claimed delivery is leased for twice this plus 5 s. Part of the shutdown drain ([Shutdown](deploy.md#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
       }),
       variable({
         name: "DELIVERY_CONCURRENCY",
@@ -559,7 +559,7 @@ export const CONFIG_GROUPS = [
         parser: integer(1, 10000),
         default: "64",
         description:
-          "Delivery attempts in flight per service process, shared among tenants: slow callbacks need more ([Sizing](#sizing)).",
+          "Delivery attempts in flight per service process, shared among tenants: slow callbacks need more ([Sizing](deploy.md#sizing)).",
       }),
       variable({
         name: "DELIVERY_TENANT_CONCURRENCY",
@@ -567,7 +567,7 @@ export const CONFIG_GROUPS = [
         parser: integer(1, 10000),
         default: "8",
         description:
-          "Delivery attempts in flight to one tenant's callback, across every replica sharing the database; the tenant's other deliveries wait their turn. One while the callback is failing. See [Delivery scheduling across tenants](#delivery-scheduling-across-tenants).",
+          "Delivery attempts in flight to one tenant's callback, across every replica sharing the database; the tenant's other deliveries wait their turn. One while the callback is failing. See [Delivery scheduling across tenants](relay.md#delivery-scheduling-across-tenants).",
       }),
       variable({
         name: "CALLBACK_ALLOW_HTTP",
@@ -586,7 +586,7 @@ export const CONFIG_GROUPS = [
         unset: callbackAllowanceDefault,
         defaultText: CALLBACK_ALLOWANCE_DEFAULT,
         description:
-          "Allows callbacks at localhost and at addresses that are not globally reachable ([Callback safety](#callback-safety)). Checked when a callback URL is set, and before every attempt on the addresses its name resolves to. Give the CLI the same value.",
+          "Allows callbacks at localhost and at addresses that are not globally reachable ([Callback safety](security.md#callback-safety)). Checked when a callback URL is set, and before every attempt on the addresses its name resolves to. Give the CLI the same value.",
         example: { shown: "false" },
       }),
       deprecatedVariable({
@@ -608,7 +608,7 @@ export const CONFIG_GROUPS = [
         parser: duration,
         default: "10s",
         description:
-          "How long shutdown waits for requests in flight. Part of the shutdown drain ([Shutdown](#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
+          "How long shutdown waits for requests in flight. Part of the shutdown drain ([Shutdown](deploy.md#shutdown)): raising it needs a longer `TimeoutStopSec` in the systemd unit.",
       }),
     ],
   },

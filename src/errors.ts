@@ -1,6 +1,6 @@
 /**
  * Errors that reach a client. Each carries a stable code (docs/integration.md, "Error codes";
- * docs/operations.md, "By error code") and is turned into the error envelope
+ * docs/troubleshooting.md, "By error code") and is turned into the error envelope
  * (docs/integration.md, "Errors") in exactly one place, the HTTP server.
  */
 

@@ -3,7 +3,7 @@
  * (`deno task start`): the launcher gives the service a pipe as standard input that only the
  * launcher holds, and writes {@linkcode LAUNCHER_GREETING} on it. When the launcher dies, however
  * it died (SIGKILL included), the pipe ends, and the service drains as on SIGTERM instead of
- * holding the port and `DATA_DIR` with nobody in front of it (docs/operations.md, "Shutdown").
+ * holding the port and `DATA_DIR` with nobody in front of it (docs/deploy.md, "Shutdown").
  *
  * A service started any other way (systemd, a container, a test) reads no greeting and is not
  * affected: its standard input is a terminal, `/dev/null`, a file, or someone else's pipe.

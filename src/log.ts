@@ -1,6 +1,6 @@
 /**
  * Structured logs: one JSON object per line on standard output, `ts`, `level` and `msg` first
- * (docs/operations.md, "Logs").
+ * (docs/observability.md, "Logs").
  *
  * Lines are buffered and written in batches: a write per request would cost a system call on the
  * hot path. The buffer is flushed at the end of the current macrotask, when it grows past 64 KB,
@@ -19,7 +19,7 @@ const encoder = new TextEncoder();
 /** Options of {@linkcode Logger}. */
 export interface LoggerOptions {
   level?: LogLevel;
-  /** Production logs carry the error class only, never a stack (docs/operations.md, "Logs"). */
+  /** Production logs carry the error class only, never a stack (docs/observability.md, "Logs"). */
   production?: boolean;
   /** Where lines go; standard output by default. */
   write?: (bytes: Uint8Array) => void;
@@ -38,7 +38,7 @@ export class Logger {
   #stamp = "";
   /**
    * With telemetry on, standard output lines go out one by one through `console.log`, which Deno
-   * also exports as OTLP log records carrying the active span's ids (docs/operations.md,
+   * also exports as OTLP log records carrying the active span's ids (docs/observability.md,
    * "Logs and traces together"). The line printed is the same.
    */
   #throughConsole: boolean;
@@ -81,7 +81,7 @@ export class Logger {
 
   log(level: RecordLevel, msg: string, fields?: Record<string, unknown>): void {
     if (RANK[level] < this.#minimum) return;
-    // With telemetry on, a line written inside a span names it (docs/operations.md, "Telemetry").
+    // With telemetry on, a line written inside a span names it (docs/observability.md, "Telemetry").
     const ids = traceFields();
     const head = ids === null
       ? `{"ts":"${this.#timestamp()}","level":"${level}","msg":${JSON.stringify(msg)}`

@@ -1,6 +1,6 @@
 /**
  * The master encryption key: `ENCRYPTION_KEY` when set; outside production, otherwise, a key
- * generated once into `DATA_DIR/encryption.key` (mode 0600) with a warning (docs/operations.md,
+ * generated once into `DATA_DIR/encryption.key` (mode 0600) with a warning (docs/security.md,
  * "Generating a key").
  */
 import { join } from "node:path";

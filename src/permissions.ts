@@ -1,6 +1,6 @@
 /**
  * The Deno permissions of the service and its admin CLI: never `-A`, and each one scoped to what
- * the configuration needs (docs/operations.md, "Permissions"). One list for every way `main.ts`
+ * the configuration needs (docs/deploy.md, "Permissions"). One list for every way `main.ts`
  * runs: `deno task start` and `deno task cli` (scripts/launch.ts computes it from the
  * environment), the compiled executable (scripts/compile.ts bakes in {@linkcode
  * executablePermissions}), the tests, the benchmarks and the demo.
@@ -19,7 +19,7 @@ export const EXECUTABLE_PATHS = {
 } as const;
 
 /**
- * What npm:postgres fills in from when DATABASE_URL leaves it out (docs/operations.md, "Other
+ * What npm:postgres fills in from when DATABASE_URL leaves it out (docs/configuration.md, "Other
  * environment variables"): read only with a DATABASE_URL, so that they cannot steer the embedded
  * engine's client.
  */
@@ -90,7 +90,7 @@ export function servicePermissions(
  * glibc's malloc settings for a process of the embedded engine: blocks of 32 KB and more are
  * mapped on their own and unmapped when freed. Unpacking a new database and compiling PGlite free
  * tens of MB that glibc's heap would otherwise keep for the life of the process
- * (docs/operations.md, "Embedded or PostgreSQL").
+ * (docs/postgresql.md, "Embedded or PostgreSQL").
  */
 export const EMBEDDED_MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=32768";
 
@@ -134,13 +134,13 @@ function permissionFlags(scope: Scope): string[] {
     "--allow-net",
     // Except the clouds' metadata services, which hand out the machine's credentials: refused by
     // the runtime too, even where callbacks at private addresses are allowed
-    // (docs/operations.md, "Callback safety").
+    // (docs/security.md, "Callback safety").
     `--deny-net=${CLOUD_METADATA_ADDRESSES.map(netHost).join(",")}`,
     `--allow-env=${variables.join(",")}`,
     // Any other variable reads as unset instead of failing: libraries look up optional ones
     // (npm:postgres reads PGSSL, PGAPPNAME...). The runtime reads its own (DENO_*, OTEL_*,
     // HTTPS_PROXY...) before any permission applies, so telemetry needs no entry here
-    // (docs/operations.md, "Turning it on").
+    // (docs/observability.md, "Turning it on").
     "--ignore-env",
     ...pathFlag("--allow-read", scope.reads),
     ...pathFlag("--allow-write", scope.writes),
@@ -151,7 +151,7 @@ function permissionFlags(scope: Scope): string[] {
     ...pathFlag("--allow-ffi", scope.ffi ? [...LIBCRYPTO_PATHS] : []),
     // Not a permission: the embedded engine's WebAssembly stays on V8's baseline compiler, which
     // saves it some 45 MB and CPU, and V8's young generation stays small, which saves 12 MB at
-    // no measured cost in time (docs/operations.md, "Embedded or PostgreSQL"). A service on
+    // no measured cost in time (docs/postgresql.md, "Embedded or PostgreSQL"). A service on
     // PostgreSQL keeps V8's defaults.
     ...(scope.embedded ? [`--v8-flags=${EMBEDDED_V8_FLAGS.join(",")}`] : []),
   ];

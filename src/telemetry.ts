@@ -1,6 +1,6 @@
 /**
  * OpenTelemetry: the service's own spans and instruments, on top of what Deno exports by itself
- * when `OTEL_DENO=true` (docs/operations.md, "Telemetry"). Domain modules make one call per
+ * when `OTEL_DENO=true` (docs/observability.md, "Telemetry"). Domain modules make one call per
  * instrument point; everything else lives here.
  *
  * Off by default. Without `OTEL_DENO=true` Deno registers no provider, `npm:@opentelemetry/api`

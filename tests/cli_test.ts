@@ -1,5 +1,5 @@
 /**
- * The admin CLI (docs/operations.md, "Admin CLI"), run as real processes (`deno run main.ts ...`)
+ * The admin CLI (docs/cli_reference.md, "Admin CLI"), run as real processes (`deno run main.ts ...`)
  * against a real database of this test run's engine: output shapes, exit codes, secrets printed
  * once, input validation before writing, and use with and without a running service.
  */

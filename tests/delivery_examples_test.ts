@@ -2,7 +2,7 @@
  * The verification examples of docs/examples/ and Stripe's own library, given a real delivery:
  * a store A REFUND that a running service received, relayed and signed. Each example runs as a
  * program, as a tenant would run it, and must accept the delivery and refuse a tampered body,
- * an old timestamp, a wrong secret and broken headers, saying why (docs/integration.md,
+ * an old timestamp, a wrong secret and broken headers, saying why (docs/deliveries.md,
  * "Verifying deliveries"). An example whose toolchain is not installed is skipped, saying so;
  * .ci/run installs them all.
  */

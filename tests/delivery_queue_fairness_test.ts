@@ -1,5 +1,5 @@
 /**
- * The delivery claim shares slots fairly among tenants, in SQL (docs/operations.md, "Delivery
+ * The delivery claim shares slots fairly among tenants, in SQL (docs/relay.md, "Delivery
  * scheduling across tenants"): tenants take turns, a tenant never holds more leases than its cap
  * whichever owner holds them, a tenant whose callback keeps failing gets one slot, and the
  * dispatcher's wake-up time ignores a tenant at its cap. Run against the queue on a real database

@@ -1,4 +1,4 @@
-/** The delivery signature (docs/integration.md, "What is signed"). */
+/** The delivery signature (docs/deliveries.md, "What is signed"). */
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { sign, signatureHeader } from "../src/delivery/signature.ts";

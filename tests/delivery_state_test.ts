@@ -1,5 +1,5 @@
 /**
- * `occurredAt` and `state` on every delivery (docs/integration.md, "State on every delivery"): store
+ * `occurredAt` and `state` on every delivery (docs/deliveries.md, "State on every delivery"): store
  * A's from the notification itself, equal to what verify answers; store B's fetched from Google
  * Play with the tenant's credentials before the first attempt, equal to what verify answers, kept
  * for every retry, and replaced by `stateError` when it cannot be had (the delivery goes anyway).

@@ -1,7 +1,7 @@
 /**
- * The operator's documentation against the source: every configuration variable, log message,
- * error code and CLI command the code has must be documented, and nothing documented may be
- * unknown to the code. The lists are derived from the source itself (its tables, or its files), so
+ * The documentation against the source: every configuration variable, log message, error code and
+ * CLI command the code has must be documented, and nothing documented may be unknown to the code;
+ * every page stays short enough to read, and every link between pages resolves. The lists are derived from the source itself (its tables, or its files), so
  * a variable or a log message added later without documentation fails this test.
  */
 import assert from "node:assert/strict";
@@ -52,7 +52,7 @@ function section(markdown: string, heading: string): string {
   const level = heading.indexOf(" ");
   const lines = proseLines(markdown);
   const start = lines.indexOf(heading);
-  assert.notEqual(start, -1, `docs/operations.md has no heading "${heading}"`);
+  assert.notEqual(start, -1, `no heading "${heading}"`);
   const end = lines.findIndex((line, i) => {
     if (i <= start) return false;
     const match = /^(#+) /.exec(line);
@@ -100,8 +100,22 @@ function anchorsOf(markdown: string): Set<string> {
 // ---------------------------------------------------------------------------------------------
 // What the source says
 
-const operations = read("docs/operations.md");
+const configReference = read("docs/config_reference.md");
+const logReference = read("docs/log_reference.md");
+const troubleshooting = read("docs/troubleshooting.md");
+const cliReference = read("docs/cli_reference.md");
 const readme = read("README.md");
+
+/** Every page of docs/, by name. */
+function docPages(): Map<string, string> {
+  const pages = new Map<string, string>();
+  for (const entry of Deno.readDirSync(new URL("docs/", ROOT))) {
+    if (entry.isFile && entry.name.endsWith(".md")) {
+      pages.set(entry.name, read(`docs/${entry.name}`));
+    }
+  }
+  return pages;
+}
 const allSources = [...sourceFiles("src"), "main.ts"];
 
 /** Every environment variable the service reads: the rows of the configuration table. */
@@ -268,13 +282,13 @@ Deno.test("docs: the configuration reference lists exactly the variables of src/
     assert.ok(variables.includes(expected), `${expected} not found in src/config.ts`);
   }
 
-  const rows = tableRows(section(operations, "### All variables"));
+  const rows = tableRows(section(configReference, "## All variables"));
   const documented = rows.map((row) => nameCell(row[0]));
   assert.ok(!documented.includes(null), "every row of the table names one variable in backticks");
   assert.deepEqual(
     [...documented].sort(),
     variables,
-    "docs/operations.md 'All variables' must list exactly the variables the service reads",
+    "docs/config_reference.md 'All variables' must list exactly the variables the service reads",
   );
   const rowOf = new Map(rows.map((row) => [nameCell(row[0])!, row]));
   for (const variable of CONFIG_VARIABLES) {
@@ -296,30 +310,37 @@ Deno.test("docs: every log message of the source has its row, with its level", (
     assert.ok(messages.has(expected), `log message ${expected} not found in the source`);
   }
 
-  const rows = tableRows(section(operations, "### Log messages"));
+  // One heading per message, and a "**Level** ..." line per way it is written.
   const levelsOf = new Map<string, Set<string>>();
-  for (const row of rows) {
-    const msg = nameCell(row[0]);
-    assert.ok(msg !== null, `log table row without a message: ${row.join(" | ")}`);
-    if (!levelsOf.has(msg)) levelsOf.set(msg, new Set());
-    levelsOf.get(msg)!.add(row[1]);
+  let current: string | null = null;
+  for (const line of proseLines(logReference)) {
+    const heading = /^## `([a-z][a-z0-9_]*)`$/.exec(line);
+    if (heading) {
+      current = heading[1];
+      assert.ok(!levelsOf.has(current), `log message "${current}" has two headings`);
+      levelsOf.set(current, new Set());
+      continue;
+    }
+    const level = /^\*\*Level\*\* ([a-z]+) /.exec(line);
+    if (level) {
+      assert.ok(current !== null, `a level line before any message: ${line}`);
+      levelsOf.get(current)!.add(level[1]);
+    }
   }
   for (const [msg, levels] of messages) {
-    assert.ok(
-      levelsOf.has(msg),
-      `log message "${msg}" is not in docs/operations.md 'Log messages'`,
-    );
+    assert.ok(levelsOf.has(msg), `log message "${msg}" is not in docs/log_reference.md`);
     for (const level of levels) {
       assert.ok(
         levelsOf.get(msg)!.has(level),
-        `log message "${msg}" is written at level ${level}; the table says ${[
+        `log message "${msg}" is written at level ${level}; the page says ${[
           ...levelsOf.get(msg)!,
         ]}`,
       );
     }
   }
   for (const msg of levelsOf.keys()) {
-    assert.ok(messages.has(msg), `the log table lists "${msg}", which the source never writes`);
+    assert.ok(messages.has(msg), `the log reference lists "${msg}", which no code writes`);
+    assert.ok(levelsOf.get(msg)!.size > 0, `log message "${msg}" has no **Level** line`);
   }
 });
 
@@ -334,11 +355,11 @@ Deno.test("docs: every error code of the API has a troubleshooting row", () => {
     assert.ok(domain.includes(expected), `${expected} not found in the verify modules`);
   }
 
-  const rows = tableRows(section(operations, "### By error code"));
+  const rows = tableRows(section(troubleshooting, "## By error code"));
   const rowOf = new Map(rows.map((row) => [nameCell(row[0]), row]));
   for (const [code, status] of statuses) {
     const row = rowOf.get(code);
-    assert.ok(row, `error code ${code} has no row in docs/operations.md 'By error code'`);
+    assert.ok(row, `error code ${code} has no row in docs/troubleshooting.md 'By error code'`);
     assert.ok(
       row[1].startsWith(String(status)),
       `${code}: the client sees ${status}, the table says "${row[1]}"`,
@@ -346,7 +367,7 @@ Deno.test("docs: every error code of the API has a troubleshooting row", () => {
   }
   for (const code of domain) {
     const row = rowOf.get(code);
-    assert.ok(row, `domain code ${code} has no row in docs/operations.md 'By error code'`);
+    assert.ok(row, `domain code ${code} has no row in docs/troubleshooting.md 'By error code'`);
     assert.ok(row[1].startsWith("200"), `${code}: a domain result is HTTP 200`);
   }
 });
@@ -360,12 +381,12 @@ Deno.test("docs: every CLI error code has a troubleshooting row", () => {
     assert.ok(codes.includes(expected), `CLI code ${expected} not found in the source`);
   }
   const documented = new Set(
-    tableRows(section(operations, "### CLI errors")).map((row) => nameCell(row[0])),
+    tableRows(section(troubleshooting, "## CLI errors")).map((row) => nameCell(row[0])),
   );
   for (const code of codes) {
     assert.ok(
       documented.has(code),
-      `CLI code ${code} has no row in docs/operations.md 'CLI errors'`,
+      `CLI code ${code} has no row in docs/troubleshooting.md 'CLI errors'`,
     );
   }
 });
@@ -378,12 +399,12 @@ Deno.test("docs: every CLI command has its heading in the reference", () => {
   }
   for (const command of commands) {
     assert.ok(
-      operations.includes(`#### ${command}\n`),
-      `CLI command "${command}" has no heading in docs/operations.md`,
+      cliReference.includes(`### ${command}\n`),
+      `CLI command "${command}" has no heading in docs/cli_reference.md`,
     );
   }
   // One home: the README links to the reference instead of repeating it.
-  assert.ok(readme.includes("docs/operations.md#admin-cli"), "README.md must link the reference");
+  assert.ok(readme.includes("docs/cli_reference.md"), "README.md must link the reference");
   assert.ok(!readme.includes("| Command "), "README.md must not hold a table of CLI commands");
 });
 
@@ -441,34 +462,45 @@ Deno.test("docs: the systemd unit runs serve and outlasts the shutdown drain", (
   );
 });
 
-Deno.test("docs: operations.md shows the deploy files as they are", () => {
-  for (
-    const [path, lang] of [
-      ["deploy/purchase-relay.service", "ini"],
-      ["deploy/purchase-relay.env.example", "sh"],
-    ]
-  ) {
-    assert.ok(
-      operations.includes("```" + lang + "\n" + read(path) + "```"),
-      `docs/operations.md must show ${path} verbatim in a \`\`\`${lang} block`,
-    );
+Deno.test("docs: the deploy files are linked from deploy.md, not copied into it", () => {
+  const deploy = read("docs/deploy.md");
+  for (const path of ["deploy/purchase-relay.service", "deploy/purchase-relay.env.example"]) {
+    assert.ok(deploy.includes(`](../${path})`), `docs/deploy.md must link ${path}`);
+    // A copy would drift: one line of the file is enough to tell one.
+    const line = read(path).split("\n").find((text) => text.length > 40 && !text.startsWith("#"));
+    for (const [name, text] of docPages()) {
+      assert.ok(!line || !text.includes(line), `docs/${name} copies ${path}; link it instead`);
+    }
   }
 });
 
-Deno.test("docs: links to operations.md sections resolve", () => {
-  const anchors = anchorsOf(operations);
-  assert.ok(anchors.has("all-variables") && anchors.has("log-messages"));
-  for (const target of matchesOf(operations, /\]\(#([^)]+)\)/g)) {
-    assert.ok(anchors.has(target), `docs/operations.md links to #${target}, which does not exist`);
-  }
-  const others = ["README.md"];
-  for (const entry of Deno.readDirSync(new URL("docs/", ROOT))) {
-    if (entry.isFile && entry.name.endsWith(".md")) others.push(`docs/${entry.name}`);
-  }
-  for (const file of others) {
-    for (const target of matchesOf(read(file), /operations\.md#([^)\s]+)\)/g)) {
-      assert.ok(anchors.has(target), `${file} links to operations.md#${target}, which is gone`);
+Deno.test("docs: every page is read in one sitting, and every link between pages resolves", () => {
+  const pages = docPages();
+  const anchors = new Map([...pages].map(([name, text]) => [name, anchorsOf(text)]));
+  for (const [name, text] of pages) {
+    const bytes = new TextEncoder().encode(text).length;
+    assert.ok(bytes <= 60_000, `docs/${name} is ${bytes} bytes: split it by task (at most 60 KB)`);
+    for (const target of matchesOf(text, /\]\(#([^)]+)\)/g)) {
+      assert.ok(anchors.get(name)!.has(target), `docs/${name} links to #${target}, which is gone`);
     }
+  }
+  for (const [file, text] of [["README.md", readme], ...pages] as [string, string][]) {
+    for (
+      const [, page, target] of text.matchAll(/\]\((?:\.\/|docs\/)?([a-z_]+\.md)#([^)\s]+)\)/g)
+    ) {
+      const inPage = anchors.get(page);
+      if (inPage === undefined) continue; // a page outside docs/ (CONTRIBUTING.md, say)
+      assert.ok(inPage.has(target), `${file} links to ${page}#${target}, which is gone`);
+    }
+  }
+  for (
+    const [page, names] of [
+      ["config_reference.md", ["all-variables"]],
+      ["log_reference.md", ["listening"]],
+      ["cli_reference.md", ["admin-cli", "commands"]],
+    ] as const
+  ) {
+    for (const anchor of names) assert.ok(anchors.get(page)!.has(anchor), `${page}#${anchor}`);
   }
 });
 
@@ -490,7 +522,7 @@ Deno.test("docs: the README is a landing page, and every task it names exists", 
   for (const task of named) {
     assert.ok(tasks.includes(task), `README.md names \`deno task ${task}\`, which deno.json lacks`);
   }
-  // One home: variables are documented in docs/operations.md, not in a README table.
+  // One home: variables are documented in docs/config_reference.md, not in a README table.
   assert.doesNotMatch(readme, /^\| `[A-Z][A-Z0-9_]+` +\|/m, "README.md must not hold variables");
   const anchors = anchorsOf(read("docs/integration.md"));
   for (const target of matchesOf(readme, /integration\.md#([^)\s]+)\)/g)) {

@@ -1,5 +1,5 @@
 /**
- * Rotating the master key (docs/operations.md, "Rotating `ENCRYPTION_KEY`"): the secret box opens
+ * Rotating the master key (docs/maintenance.md, "Rotating `ENCRYPTION_KEY`"): the secret box opens
  * values of either key during a rotation, `encryption rotate-key` seals every stored secret again
  * with the new key in one transaction (or changes nothing), twice is harmless, and the audit's
  * hashes written before the rotation still match after it. Against a real database of either

@@ -1,5 +1,5 @@
 /**
- * The service behind PgBouncer in transaction mode (docs/operations.md, "Connection poolers"):
+ * The service behind PgBouncer in transaction mode (docs/postgresql.md, "Connection poolers"):
  * real service processes and the real CLI whose `DATABASE_URL` goes through a PgBouncer the test
  * starts itself, with two server connections for everything, so that transactions keep landing
  * in sessions other than the one before.

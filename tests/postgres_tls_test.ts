@@ -1,5 +1,5 @@
 /**
- * TLS to PostgreSQL with certificate verification (docs/operations.md, "TLS to PostgreSQL"): a
+ * TLS to PostgreSQL with certificate verification (docs/postgresql.md, "TLS to PostgreSQL"): a
  * real service process and the real CLI against a TLS-only cluster the test starts itself, with a
  * CA made at test time; and a clear, fast `startup_failed` that never prints the password when
  * the certificate does not match (another CA, another host name).

@@ -1,5 +1,5 @@
 /**
- * Retention (docs/operations.md, "Retention"): finished deliveries untouched for
+ * Retention (docs/relay.md, "Retention"): finished deliveries untouched for
  * `EVENT_RETENTION_DAYS` go with their attempts and events; pending ones, their events and recent
  * or recently retried ones stay. Against a real database of either engine, in process, through
  * the CLI and in a running service, which keeps answering notifications while it prunes.

@@ -1,5 +1,5 @@
 /**
- * Routing per tenant (docs/operations.md, "Routing deliveries"): a sandbox callback URL for store A
+ * Routing per tenant (docs/configuration.md, "Routing deliveries"): a sandbox callback URL for store A
  * Sandbox notifications, and an event filter, set with the CLI and honoured by the receivers'
  * statements and by the dispatcher's claims.
  */

@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry end to end (docs/operations.md, "Telemetry"): a real service process with
+ * OpenTelemetry end to end (docs/observability.md, "Telemetry"): a real service process with
  * `OTEL_DENO=true` exports OTLP/HTTP (JSON) to a receiver this test runs on loopback; the test
  * decodes what arrives and checks the spans, their attributes and parents, the metrics, the log
  * lines' trace ids, and that no secret is anywhere in the bytes received.

@@ -1,5 +1,5 @@
 /**
- * `GET /health` and `GET /ready` (docs/operations.md, "Health checks"). `/health` never touches
+ * `GET /health` and `GET /ready` (docs/deploy.md, "Health checks"). `/health` never touches
  * the database: it says the process answers. `/ready` says whether this process should get
  * traffic: the database answers, the encryption key opens its secrets, and it is not draining.
  */
@@ -22,7 +22,7 @@ export interface ReadinessReport {
   draining: boolean;
   /**
    * While `ENCRYPTION_KEY_PREVIOUS` is set: the key that opens the canary, which tells whether
-   * `encryption rotate-key` has run (docs/operations.md, "Rotating `ENCRYPTION_KEY`").
+   * `encryption rotate-key` has run (docs/maintenance.md, "Rotating `ENCRYPTION_KEY`").
    */
   encryptionKey?: EncryptionKeyName;
 }

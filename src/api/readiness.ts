@@ -1,5 +1,5 @@
 /**
- * The readiness of this process for `/ready` (docs/operations.md, "Health checks"). `/ready`
+ * The readiness of this process for `/ready` (docs/deploy.md, "Health checks"). `/ready`
  * needs no key, so a failing database is reported without detail: the database's own error text
  * (which names hosts, users and databases) goes to the log only, once per outage and then at most
  * once a minute. From the moment the process starts to drain, it is not ready, so that load

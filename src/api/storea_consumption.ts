@@ -1,4 +1,4 @@
-/** `POST /v1/storea/consumption` (docs/integration.md, "Answering refund requests"). */
+/** `POST /v1/storea/consumption` (docs/store_gateway.md, "Answering refund requests"). */
 import { z } from "zod";
 import { errorCode } from "../errors.ts";
 import type { Handler } from "../http/router.ts";

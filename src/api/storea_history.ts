@@ -1,4 +1,4 @@
-/** `POST /v1/storea/history` (docs/integration.md, "POST /v1/storea/history"). */
+/** `POST /v1/storea/history` (docs/store_gateway.md, "POST /v1/storea/history"). */
 import { z } from "zod";
 import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";

@@ -1,4 +1,4 @@
-/** `POST /v1/storea/subscriptions` (docs/integration.md, "POST /v1/storea/subscriptions"). */
+/** `POST /v1/storea/subscriptions` (docs/store_gateway.md, "POST /v1/storea/subscriptions"). */
 import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";
 import { type StoreaVerifyDeps, storeaVerifyRequest } from "./storea_verify.ts";

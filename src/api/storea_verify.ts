@@ -1,4 +1,4 @@
-/** `POST /v1/storea/verify` (docs/integration.md, "POST /v1/storea/verify"). */
+/** `POST /v1/storea/verify` (docs/verify.md, "POST /v1/storea/verify"). */
 import { z } from "zod";
 import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";

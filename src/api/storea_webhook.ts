@@ -1,5 +1,5 @@
 /**
- * `POST /v1/webhooks/storea/:tenantId`. Checks in this order (docs/operations.md, "How a
+ * `POST /v1/webhooks/storea/:tenantId`. Checks in this order (docs/relay.md, "How a
  * notification is received"):
  * body (400) -> tenant exists and is active (404) -> store A credentials (400) -> JWS chain and
  * signatures (401) -> bundle and app id (401) -> dedup -> 200 after the commit.

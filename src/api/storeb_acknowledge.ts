@@ -1,5 +1,5 @@
 /**
- * `POST /v1/storeb/acknowledge` (docs/integration.md, "Store B: acknowledging purchases"):
+ * `POST /v1/storeb/acknowledge` (docs/store_gateway.md, "Store B: acknowledging purchases"):
  * acknowledges a store B purchase, once, whatever the number of requests.
  */
 import { z } from "zod";

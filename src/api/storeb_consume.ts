@@ -1,5 +1,5 @@
 /**
- * `POST /v1/storeb/consume` (docs/integration.md, "Store B: acknowledging purchases"): consumes a
+ * `POST /v1/storeb/consume` (docs/store_gateway.md, "Store B: acknowledging purchases"): consumes a
  * store B one-time product purchase, once, whatever the number of requests. Consuming also
  * acknowledges it.
  */

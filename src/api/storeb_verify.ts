@@ -1,4 +1,4 @@
-/** `POST /v1/storeb/verify` (docs/integration.md, "POST /v1/storeb/verify"). */
+/** `POST /v1/storeb/verify` (docs/verify.md, "POST /v1/storeb/verify"). */
 import { z } from "zod";
 import type { StorebVerifier } from "../storeb/verify.ts";
 import type { Handler } from "../http/router.ts";
@@ -20,7 +20,7 @@ export const storebVerifyRequest = z.strictObject({
   purchaseToken: pathSegmentField(1, 4096),
   type: z.enum(["subscription", "product"]),
   // Acknowledge a paid purchase before answering
-  // (docs/integration.md, "Store B: acknowledging purchases").
+  // (docs/store_gateway.md, "Store B: acknowledging purchases").
   acknowledge: z.boolean().optional(),
 });
 

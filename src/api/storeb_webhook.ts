@@ -1,5 +1,5 @@
 /**
- * `POST /v1/webhooks/storeb/:tenantId`. Checks in this order (docs/operations.md, "How a
+ * `POST /v1/webhooks/storeb/:tenantId`. Checks in this order (docs/relay.md, "How a
  * notification is received"):
  * unknown tenant (401, whatever the token, so tenant ids cannot be enumerated) -> store B
  * credentials with a push service account (401: nothing to check the token against) -> OIDC

@@ -192,7 +192,7 @@ export interface StoreAction {
 }
 
 /**
- * Logs a store action at `info` as `store_action` (docs/operations.md, "Log messages"): who
+ * Logs a store action at `info` as `store_action` (docs/log_reference.md, "Log messages"): who
  * asked (tenant and API key id), what, about which product or transaction, and what came of it;
  * a purchase token only as the first 12 hex digits of its SHA-256.
  */

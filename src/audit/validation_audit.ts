@@ -1,5 +1,5 @@
 /**
- * The validation audit (docs/operations.md, "Validation audit"): every verify outcome, recorded in
+ * The validation audit (docs/configuration.md, "Validation audit"): every verify outcome, recorded in
  * the background so the verify path never waits for the database. Entries are buffered and written
  * in one INSERT per flush; when the database is away the buffer is bounded and the oldest entries
  * are dropped (and counted) rather than growing without limit.

@@ -1,5 +1,5 @@
 /**
- * The per-tenant token bucket (docs/operations.md, "Rate limiting"): refill
+ * The per-tenant token bucket (docs/configuration.md, "Rate limiting"): refill
  * `RATE_LIMIT_PER_SECOND`, capacity `RATE_LIMIT_BURST`, per process.
  */
 import { rateLimited } from "../errors.ts";

@@ -1,6 +1,6 @@
 /**
  * `storea set-credentials` and `storeb set-credentials`: the tenant's store credentials, checked
- * before anything is written and never printed (docs/operations.md, "Store credentials").
+ * before anything is written and never printed (docs/configuration.md, "Store credentials").
  * @module
  */
 import { createPrivateKey } from "node:crypto";

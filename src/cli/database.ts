@@ -1,7 +1,7 @@
 /**
  * Opening the database for a command. Only `serve` (at boot) and `migrate` change the schema: a
  * CLI of another build must not migrate under running replicas, against the "migrate once, then
- * roll" upgrade (docs/operations.md, "Upgrades and migrations"). Every other command refuses a
+ * roll" upgrade (docs/maintenance.md, "Upgrades and migrations"). Every other command refuses a
  * database whose migrations differ from this build's.
  * @module
  */

@@ -1,6 +1,6 @@
 /**
  * `encryption rotate-key`: seals every stored secret again with `ENCRYPTION_KEY`, opening those
- * sealed with `ENCRYPTION_KEY_PREVIOUS` (docs/operations.md, "Rotating `ENCRYPTION_KEY`"). The
+ * sealed with `ENCRYPTION_KEY_PREVIOUS` (docs/maintenance.md, "Rotating `ENCRYPTION_KEY`"). The
  * keys come from the environment, as the replicas' do: never from the command line.
  * @module
  */

@@ -84,7 +84,7 @@ export function overviewHelp(groups: readonly CommandGroup[], version: string): 
     ...wrap(
       "A command prints one JSON object on stdout when piped, and readable text on a terminal. " +
         `Run "${PROGRAM} help COMMAND" or "${PROGRAM} COMMAND --help" for a command's options. ` +
-        'Reference: docs/operations.md, "Admin CLI".',
+        'Reference: docs/cli_reference.md, "Admin CLI".',
       WIDTH,
       "",
     ),
@@ -92,13 +92,13 @@ export function overviewHelp(groups: readonly CommandGroup[], version: string): 
   return `${lines.join("\n")}\n`;
 }
 
-/** The reference of every command, in Markdown, for docs/operations.md. */
+/** The reference of every command, in Markdown, for docs/cli_reference.md. */
 export function referenceMarkdown(groups: readonly CommandGroup[]): string {
   const parts: string[] = [];
   // Commands only as headings: the groups' titles would take anchors other sections own.
   for (const group of groups) {
     for (const command of group.commands) {
-      parts.push(`#### ${commandName(command)}`);
+      parts.push(`### ${commandName(command)}`);
       parts.push(
         ["```sh", ...synopses(command).map((synopsis) => `${PROGRAM} ${synopsis}`), "```"].join(
           "\n",

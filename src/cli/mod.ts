@@ -148,7 +148,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           ...WEBHOOK_SECRET_OPTIONS,
         },
         description:
-          'Sets `--url`, `--sandbox-url`, or both (at least one). Prints `{id, callbackUrl, sandboxCallbackUrl, webhookSecret, updatedAt}`; `webhookSecret` only when newly set: generated when the tenant has none, else the existing one is kept unless one is given. A given secret replaces the old one at once, with no grace period; `tenant rotate-secret` changes it without breaking the tenant\'s verification. Both URLs are checked alike and signed with the same secret (docs/operations.md, "Routing deliveries").',
+          'Sets `--url`, `--sandbox-url`, or both (at least one). Prints `{id, callbackUrl, sandboxCallbackUrl, webhookSecret, updatedAt}`; `webhookSecret` only when newly set: generated when the tenant has none, else the existing one is kept unless one is given. A given secret replaces the old one at once, with no grace period; `tenant rotate-secret` changes it without breaking the tenant\'s verification. Both URLs are checked alike and signed with the same secret (docs/configuration.md, "Routing deliveries").',
         run: setCallback,
       },
       {
@@ -163,7 +163,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          'Prints `{id, events, updatedAt}` (`events` null: every event). An event that matches none is still verified and stored, and its delivery stored failed without being sent; `deliveries retry` sends it anyway. A name or pattern that matches no event of the catalog is refused (`INVALID_EVENT_FILTER`) (docs/operations.md, "Routing deliveries").',
+          'Prints `{id, events, updatedAt}` (`events` null: every event). An event that matches none is still verified and stored, and its delivery stored failed without being sent; `deliveries retry` sends it anyway. A name or pattern that matches no event of the catalog is refused (`INVALID_EVENT_FILTER`) (docs/configuration.md, "Routing deliveries").',
         run: setEvents,
       },
       {
@@ -178,7 +178,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          'Prints `{id, storebStateFetch, updatedAt}`. On (the default), each store B subscription or one-time notification costs one Play Developer API call, made before its first attempt, to put the purchase in the delivery\'s `state`; off, `state` is null (docs/integration.md, "State on every delivery").',
+          'Prints `{id, storebStateFetch, updatedAt}`. On (the default), each store B subscription or one-time notification costs one Play Developer API call, made before its first attempt, to put the purchase in the delivery\'s `state`; off, `state` is null (docs/deliveries.md, "State on every delivery").',
         run: setStateFetch,
       },
       {
@@ -201,7 +201,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         summary: "stop a tenant: keys refused, deliveries held",
         args: ["ID"],
         description:
-          'Prints the tenant. Within a second every replica refuses its API keys (401) and its notifications (404), and its queued deliveries wait (docs/operations.md, "Inactive tenants").',
+          'Prints the tenant. Within a second every replica refuses its API keys (401) and its notifications (404), and its queued deliveries wait (docs/relay.md, "Inactive tenants").',
         run: deactivateTenant,
       },
       {
@@ -281,7 +281,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           "app-id": { value: "NUMBER", summary: "the app's Apple id, checked in notifications" },
         },
         description:
-          'Checks the key file before writing (`INVALID_PRIVATE_KEY`), seals it, and prints `{tenantId, storea}`: the summary `tenant show` prints, never the key. What each value is and where to find it: docs/operations.md, "Store credentials".',
+          'Checks the key file before writing (`INVALID_PRIVATE_KEY`), seals it, and prints `{tenantId, storea}`: the summary `tenant show` prints, never the key. What each value is and where to find it: docs/configuration.md, "Store credentials".',
         run: setStoreaCredentials,
       },
       {
@@ -307,7 +307,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          'Checks the file before writing (`INVALID_SERVICE_ACCOUNT`), seals it, and prints `{tenantId, storeb}`, never the key. The push service account is required: anyone can create a push subscription with any audience, so the token\'s account is what authenticates the sender (docs/operations.md, "Store credentials").',
+          'Checks the file before writing (`INVALID_SERVICE_ACCOUNT`), seals it, and prints `{tenantId, storeb}`, never the key. The push service account is required: anyone can create a push subscription with any audience, so the token\'s account is what authenticates the sender (docs/configuration.md, "Store credentials").',
         run: setStorebCredentials,
       },
     ],
@@ -384,7 +384,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          "Checks the whole chain, App Store -> service -> tenant: asks the App Store (Request a Test Notification, with the tenant's key) to send a TEST notification to the app's notification URL, polls its status until Apple reports an attempt (at most --wait), verifies the payload Apple reports, and looks for it in this service's events and for its delivery. Prints `{tenantId, environment, testNotificationToken, sendAttempts: [{attemptDate, sendAttemptResult}], received, eventId, delivery}`: `received` is true when this service stored that notification for the tenant, `delivery` its delivery's `{status, responseCode}` once the first attempt is recorded (null without a callback URL). Exits 0 when Apple reached the service and the delivery, if any, succeeded; otherwise 1 with the same fields, `failedHop` (`app_store_api`, `app_store`, `app_store_to_service`, `service` or `service_to_tenant`) and a code saying what failed (docs/operations.md, \"Checking the notification chain\").",
+          "Checks the whole chain, App Store -> service -> tenant: asks the App Store (Request a Test Notification, with the tenant's key) to send a TEST notification to the app's notification URL, polls its status until Apple reports an attempt (at most --wait), verifies the payload Apple reports, and looks for it in this service's events and for its delivery. Prints `{tenantId, environment, testNotificationToken, sendAttempts: [{attemptDate, sendAttemptResult}], received, eventId, delivery}`: `received` is true when this service stored that notification for the tenant, `delivery` its delivery's `{status, responseCode}` once the first attempt is recorded (null without a callback URL). Exits 0 when Apple reached the service and the delivery, if any, succeeded; otherwise 1 with the same fields, `failedHop` (`app_store_api`, `app_store`, `app_store_to_service`, `service` or `service_to_tenant`) and a code saying what failed (docs/configuration.md, \"Checking the notification chain\").",
         run: testStoreaNotification,
       },
     ],
@@ -425,7 +425,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          "Reads the stores' own records of the window, as the service does every `RECOVERY_INTERVAL` from its checkpoints: store A's notification history (only what Apple failed to deliver, unless `--all`) and store B's voided purchases. Each notification takes the receiver's path: verified, then stored and delivered like one the store posted when it is new; a known one changes nothing; an invalid one is counted and logged, never relayed. The running services' dispatchers are woken to send what was stored. The window may reach as far back as the store keeps (store A: 180 days in production, 30 in sandbox; store B: 30 days) and the service remembers what it stored (`EVENT_RETENTION_DAYS`). Prints one line per store, `{tenantId, store, checked, recovered, known, invalid, failedSendAttempts}`: the records read, the new ones stored, the known ones, the invalid ones, and Apple's failed attempts to post by `sendAttemptResult` (`{}` for store B). A store's failure exits 1 with its code and what was done until then (docs/operations.md, \"Recovering missed notifications\").",
+          "Reads the stores' own records of the window, as the service does every `RECOVERY_INTERVAL` from its checkpoints: store A's notification history (only what Apple failed to deliver, unless `--all`) and store B's voided purchases. Each notification takes the receiver's path: verified, then stored and delivered like one the store posted when it is new; a known one changes nothing; an invalid one is counted and logged, never relayed. The running services' dispatchers are woken to send what was stored. The window may reach as far back as the store keeps (store A: 180 days in production, 30 in sandbox; store B: 30 days) and the service remembers what it stored (`EVENT_RETENTION_DAYS`). Prints one line per store, `{tenantId, store, checked, recovered, known, invalid, failedSendAttempts}`: the records read, the new ones stored, the known ones, the invalid ones, and Apple's failed attempts to post by `sendAttemptResult` (`{}` for store B). A store's failure exits 1 with its code and what was done until then (docs/recovery.md, \"Recovering missed notifications\").",
         run: recoverNotifications,
       },
     ],
@@ -446,7 +446,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           limit: { value: "N", summary: "at most N rows, from 1 to 10000", default: "100" },
         },
         description:
-          'Prints `{tenantId, subjectHash, entries}`, newest first. The audit keeps ids only as keyed hashes; the given one is hashed the same way (docs/operations.md, "Validation audit").',
+          'Prints `{tenantId, subjectHash, entries}`, newest first. The audit keeps ids only as keyed hashes; the given one is hashed the same way (docs/configuration.md, "Validation audit").',
         run: lookupAudit,
       },
     ],
@@ -458,14 +458,14 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
         words: ["retention", "run"],
         summary: "delete old events, deliveries, attempts and audit rows now",
         description:
-          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events (an event a store may still send again keeps its key, emptied of its payload), and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, eventKeysKept, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever), the rows deleted, and the events emptied whose keys are kept (docs/operations.md, "Retention").',
+          'Runs now the prunes the service runs every hour (events) and every day (audit), with this command\'s configuration: finished deliveries untouched for `EVENT_RETENTION_DAYS` with their attempts and events (an event a store may still send again keeps its key, emptied of its payload), and audit rows older than `VALIDATION_AUDIT_RETENTION_DAYS`; pending deliveries are never deleted. In small paced batches, safe beside running replicas. Prints `{eventRetentionDays, deliveries, attempts, events, eventKeysKept, auditRetentionDays, auditRows}`: the retention periods (`0` and `null` keep forever), the rows deleted, and the events emptied whose keys are kept (docs/relay.md, "Retention").',
         run: runRetention,
       },
       {
         words: ["encryption", "rotate-key"],
         summary: "seal every stored secret again with ENCRYPTION_KEY",
         description:
-          'Opens every sealed value (store credentials, webhook secrets current and previous, the encryption canary, the audit hash key) and seals it again with `ENCRYPTION_KEY`, in one transaction; values sealed with another key must open with `ENCRYPTION_KEY_PREVIOUS`, or nothing is changed (`SECRETS_UNREADABLE`, with the `unreadable` values). Values already sealed with `ENCRYPTION_KEY` are left alone, so running it again is harmless. Safe while replicas run with `ENCRYPTION_KEY` and `ENCRYPTION_KEY_PREVIOUS` set as here. Prints `{keyId, previousKeyId, resealed, alreadyCurrent}`: the key ids (fingerprints, not keys) and the values sealed again, by kind. The procedure: docs/operations.md, "Rotating `ENCRYPTION_KEY`".',
+          'Opens every sealed value (store credentials, webhook secrets current and previous, the encryption canary, the audit hash key) and seals it again with `ENCRYPTION_KEY`, in one transaction; values sealed with another key must open with `ENCRYPTION_KEY_PREVIOUS`, or nothing is changed (`SECRETS_UNREADABLE`, with the `unreadable` values). Values already sealed with `ENCRYPTION_KEY` are left alone, so running it again is harmless. Safe while replicas run with `ENCRYPTION_KEY` and `ENCRYPTION_KEY_PREVIOUS` set as here. Prints `{keyId, previousKeyId, resealed, alreadyCurrent}`: the key ids (fingerprints, not keys) and the values sealed again, by kind. The procedure: docs/maintenance.md, "Rotating `ENCRYPTION_KEY`".',
         run: rotateKey,
       },
     ],
@@ -500,7 +500,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
           },
         },
         description:
-          "Needs a running `deno task dev` on the same `DATA_DIR`: its store simulators make a notification of any type the event catalog names (docs/events.md), signed with keys only the service it started trusts, and the command posts it to that service's receiver for the tenant, as the store would. The service stores it and delivers it to the tenant's callback URL like any notification. Prints `{tenantId, store, type, subtype, receiverUrl, eventId, isNew, event, reason, platformEvent, subject, callbackUrl, delivery}`, `delivery` once its first attempt is recorded (`{id, status, attempts, responseCode, error, nextAttemptAt}`; null without a callback URL). Refused with `DEV_ONLY` when NODE_ENV is production and with `SIMULATORS_NOT_RUNNING` without `deno task dev`, before anything is signed (docs/integration.md, \"Testing locally\"). With `--lost`, nothing is posted: the store's simulator keeps the notification as one it failed to deliver (store A: in its notification history, with a failed attempt; store B: a voided purchase, in its list), and the command waits up to 90 s for the service's recovery to find it, then prints `{tenantId, store, type, subtype, lost, externalId, recovered, eventId, event, reason, platformEvent, subject, callbackUrl, delivery}` (`recovered` false, with a `hint`, when it was not found in time; docs/operations.md, \"Recovering missed notifications\").",
+          "Needs a running `deno task dev` on the same `DATA_DIR`: its store simulators make a notification of any type the event catalog names (docs/events.md), signed with keys only the service it started trusts, and the command posts it to that service's receiver for the tenant, as the store would. The service stores it and delivers it to the tenant's callback URL like any notification. Prints `{tenantId, store, type, subtype, receiverUrl, eventId, isNew, event, reason, platformEvent, subject, callbackUrl, delivery}`, `delivery` once its first attempt is recorded (`{id, status, attempts, responseCode, error, nextAttemptAt}`; null without a callback URL). Refused with `DEV_ONLY` when NODE_ENV is production and with `SIMULATORS_NOT_RUNNING` without `deno task dev`, before anything is signed (docs/testing.md, \"Testing locally\"). With `--lost`, nothing is posted: the store's simulator keeps the notification as one it failed to deliver (store A: in its notification history, with a failed attempt; store B: a voided purchase, in its list), and the command waits up to 90 s for the service's recovery to find it, then prints `{tenantId, store, type, subtype, lost, externalId, recovered, eventId, event, reason, platformEvent, subject, callbackUrl, delivery}` (`recovered` false, with a `hint`, when it was not found in time; docs/recovery.md, \"Recovering missed notifications\").",
         run: triggerNotification,
       },
     ],

@@ -2,7 +2,7 @@
  * `notifications recover --tenant ID --since TIME [--until TIME] [--store storea|storeb]
  * [--environment production|sandbox] [--all]`: reads the stores' own records of a window, as the
  * scheduled recovery does, and stores and delivers what the service never received
- * (docs/operations.md, "Recovering missed notifications"). For after an outage, or a window older
+ * (docs/recovery.md, "Recovering missed notifications"). For after an outage, or a window older
  * than the schedule's checkpoints. It prints one line per store: `{tenantId, store, checked,
  * recovered, known, invalid, failedSendAttempts}`.
  * @module

@@ -2,7 +2,7 @@
  * What the CLI prints. Piped, a command prints one JSON object on stdout, and an error one
  * `{"error", "message"}` JSON object on stderr: the contract scripts rely on. On a terminal, or
  * with `--pretty`, the same values are printed as readable text; `--json` keeps JSON on a
- * terminal (docs/operations.md, "Admin CLI").
+ * terminal (docs/cli_reference.md, "Admin CLI").
  * @module
  */
 import type { GlobalFlags } from "./args.ts";

@@ -1,5 +1,5 @@
 /**
- * `retention run`: the prunes the service runs by itself (docs/operations.md, "Retention"), now,
+ * `retention run`: the prunes the service runs by itself (docs/relay.md, "Retention"), now,
  * with this command's configuration: events, deliveries and attempts past `EVENT_RETENTION_DAYS`,
  * and audit rows past `VALIDATION_AUDIT_RETENTION_DAYS`. Paced and safe beside running replicas
  * as theirs are.

@@ -1,7 +1,7 @@
 /**
  * `storea test-notification --tenant ID [--environment production|sandbox] [--wait DURATION]`:
  * checks the whole notification chain, App Store -> service -> tenant, in one command
- * (docs/operations.md, "Checking the notification chain"). It asks the App Store to send a TEST
+ * (docs/configuration.md, "Checking the notification chain"). It asks the App Store to send a TEST
  * notification to the app's notification URL, waits for Apple's attempt, then looks in the
  * database for that notification (by the UUID of the payload Apple reports, once verified) and
  * for its delivery to the tenant's callback URL.

@@ -13,7 +13,7 @@
  * With `--lost`, the notification is lost on the way instead: the simulators keep it as the store
  * would (in the App Store's notification history with a failed send attempt; in Google Play's
  * voided purchases list) and nothing is posted; the command then waits for the service's
- * recovery to find it (docs/operations.md, "Recovering missed notifications").
+ * recovery to find it (docs/recovery.md, "Recovering missed notifications").
  * @module
  */
 import { join } from "node:path";

@@ -1,6 +1,6 @@
 /**
  * Connects to the database: PostgreSQL when `DATABASE_URL` is set, otherwise the embedded engine
- * in `DATA_DIR` (docs/operations.md, "Embedded or PostgreSQL"). Both are reached through the same
+ * in `DATA_DIR` (docs/postgresql.md, "Embedded or PostgreSQL"). Both are reached through the same
  * client, `npm:postgres`.
  */
 import postgres from "postgres";

@@ -1,4 +1,4 @@
-/** Store credentials of a tenant, sealed at rest (docs/operations.md, "Secrets at rest"). */
+/** Store credentials of a tenant, sealed at rest (docs/security.md, "Secrets at rest"). */
 import type { Sql } from "./connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 

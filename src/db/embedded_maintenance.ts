@@ -5,7 +5,7 @@
  * queue's tables and indexes for good, the planner's statistics would never be refreshed, and
  * nothing would freeze old transaction ids: a standalone backend does not refuse writes before
  * the transaction counter wraps around, as a server does, so after about two billion
- * transactions old rows would turn invisible (docs/operations.md, "Embedded or PostgreSQL").
+ * transactions old rows would turn invisible (docs/postgresql.md, "Embedded or PostgreSQL").
  *
  * Each run does what autovacuum would do with its default settings: it reads the statistics
  * PostgreSQL keeps per table and vacuums the tables past autovacuum's thresholds (dead rows,

@@ -3,7 +3,7 @@
  * `pglite_initdb.tar.gz` next to this module (less the two template databases, see
  * {@linkcode initdbDirectory}), instead of running initdb at its first boot: PGlite
  * runs initdb in a second PostgreSQL instance inside the process, which takes seconds and leaves
- * hundreds of MB resident (docs/operations.md, "Embedded or PostgreSQL"). The archive holds
+ * hundreds of MB resident (docs/postgresql.md, "Embedded or PostgreSQL"). The archive holds
  * initdb's output only; the schema still comes from the migrations, applied at boot as on
  * PostgreSQL. `deno task pglite:initdb` rebuilds it (scripts/build_embedded_template.ts) and
  * tests/embedded_template_test.ts checks that it is what the pinned PGlite's initdb makes.

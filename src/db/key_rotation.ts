@@ -1,5 +1,5 @@
 /**
- * Rotating the master key (docs/operations.md, "Rotating `ENCRYPTION_KEY`"): every sealed value
+ * Rotating the master key (docs/maintenance.md, "Rotating `ENCRYPTION_KEY`"): every sealed value
  * of the database is opened and sealed again with the current `ENCRYPTION_KEY`, in one
  * transaction. Values already sealed with it are left as they are, so a second run changes
  * nothing; the others must open with `ENCRYPTION_KEY_PREVIOUS`, or nothing is changed at all.

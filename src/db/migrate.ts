@@ -7,7 +7,7 @@
  * `pg_dump`) waits at most {@linkcode MIGRATION_LOCK_TIMEOUT_MS}: while it waits, every insert into
  * that table queues behind it, so an unbounded wait would hold the receivers for as long as the
  * backup ran. The transaction is then rolled back whole and tried again after a pause, a few times
- * (docs/operations.md, "Upgrades and migrations").
+ * (docs/maintenance.md, "Upgrades and migrations").
  */
 import type { Sql } from "./connect.ts";
 

@@ -1,5 +1,5 @@
 /**
- * Connection poolers in front of PostgreSQL (docs/operations.md, "Connection poolers").
+ * Connection poolers in front of PostgreSQL (docs/postgresql.md, "Connection poolers").
  *
  * A pooler in transaction mode (PgBouncer's `pool_mode = transaction`, Supavisor's and Neon's
  * pooled endpoints) runs each transaction in whichever server session is free, so what lives in a
@@ -54,14 +54,14 @@ export function sharedSessionsError(variable: "DATABASE_URL" | "DATABASE_LISTEN_
     return new DatabasePoolerError(
       "DATABASE_LISTEN_URL leads to a connection pooler in transaction mode, where LISTEN hears " +
         "nothing: point it at PostgreSQL directly, or at a pooler in session mode " +
-        '(docs/operations.md, "Connection poolers")',
+        '(docs/postgresql.md, "Connection poolers")',
     );
   }
   return new DatabasePoolerError(
     "DATABASE_URL leads to a connection pooler in transaction mode (two connections ran in one " +
       "PostgreSQL session), where prepared statements and LISTEN break: set " +
       "DATABASE_POOLER=transaction, and DATABASE_LISTEN_URL to a direct connection for immediate " +
-      'delivery wake-ups (docs/operations.md, "Connection poolers")',
+      'delivery wake-ups (docs/postgresql.md, "Connection poolers")',
   );
 }
 

@@ -1,7 +1,7 @@
 /**
  * TLS to PostgreSQL: what `sslmode` in a database URL asks for, the CA file that
  * `sslmode=verify-full` checks the server's certificate against, and a clear error when that
- * check fails (docs/operations.md, "TLS to PostgreSQL").
+ * check fails (docs/postgresql.md, "TLS to PostgreSQL").
  */
 import { ConfigError } from "../config.ts";
 import { RelayError } from "../errors.ts";

@@ -165,7 +165,7 @@ export interface SealedTarget {
 /**
  * The columns {@linkcode sealedTargetOf} reads, of the tenant aliased `t` in the statement, for a
  * delivery whose `sandbox` flag is the given expression: a Sandbox notification goes to the
- * sandbox callback URL when the tenant has one (docs/operations.md, "Routing deliveries").
+ * sandbox callback URL when the tenant has one (docs/configuration.md, "Routing deliveries").
  */
 export function sealedTargetColumns(sql: Sql, sandbox: postgres.Fragment) {
   return sql`t.active, ${routedCallbackUrl(sql, sandbox)} AS callback_url, t.webhook_secret_sealed,

@@ -1,6 +1,6 @@
 /**
  * What callbacks may do beyond public https, from `CALLBACK_ALLOW_HTTP` and
- * `CALLBACK_ALLOW_PRIVATE_NETWORKS` (docs/operations.md, "Callback safety"), and the boot lines
+ * `CALLBACK_ALLOW_PRIVATE_NETWORKS` (docs/security.md, "Callback safety"), and the boot lines
  * that say when either is on. The CLI and the sending processes read it the same way.
  */
 import type { Config } from "../config.ts";

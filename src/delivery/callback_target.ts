@@ -1,5 +1,5 @@
 /**
- * The send-time check of a callback (docs/operations.md, "Callback safety"): the URL as written,
+ * The send-time check of a callback (docs/security.md, "Callback safety"): the URL as written,
  * then the addresses its host name resolves to, each of which must be public unless private
  * networks are allowed, and never a cloud metadata service. The addresses that passed are the only ones the attempt may connect to:
  * the HTTP client is handed them and never resolves the name again, so a DNS answer that changes
@@ -41,7 +41,7 @@ const CHECKED_HOSTS_LIMIT = 10_000;
  * The addresses of each callback host that passed the check, kept for
  * {@linkcode CHECKED_ADDRESSES_TTL_MS}: the dispatcher's attempts to a host look it up once per
  * period instead of twice (A and AAAA) per attempt, which at hundreds of deliveries a second would
- * be a resolver's rate limit (docs/operations.md, "Callback safety"). Only a passing check is kept,
+ * be a resolver's rate limit (docs/security.md, "Callback safety"). Only a passing check is kept,
  * and only while its addresses answer: a refusal, a failed lookup or an attempt that got no answer
  * is asked again at the next attempt.
  */

@@ -1,5 +1,5 @@
 /**
- * Which callback URLs deliveries may go to (docs/operations.md, "Callback safety"). A callback
+ * Which callback URLs deliveries may go to (docs/security.md, "Callback safety"). A callback
  * must be https unless `CALLBACK_ALLOW_HTTP` is on, and must not point at localhost or at an
  * address that is not globally reachable unless `CALLBACK_ALLOW_PRIVATE_NETWORKS` is on (both are
  * off in production by default). This module checks the URL as written; the sender checks the

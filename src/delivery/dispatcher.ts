@@ -4,7 +4,7 @@
  * - A receiver's commit is followed by `kick()`: the first attempt is immediate.
  * - `sweep()` runs from a `Deno.cron` job every minute and at boot: it claims what is due, and
  *   sets a timer for the next delivery that falls due (or whose lease ends) within the minute,
- *   so a 30 s retry is not late by up to a minute (docs/operations.md, "Queue and replicas").
+ *   so a 30 s retry is not late by up to a minute (docs/relay.md, "Queue and replicas").
  * - Claims are leased for longer than an attempt can take; a process that dies leaves its
  *   claims to be taken over when their leases end (at-least-once).
  * - At most `concurrency` attempts are in flight; claims never exceed the free slots, so a
@@ -84,7 +84,7 @@ export interface DispatcherOptions {
 
 /**
  * Completes a delivery's payload with the purchase's state before its first attempt, off the
- * receivers' path (docs/integration.md, "State on every delivery").
+ * receivers' path (docs/deliveries.md, "State on every delivery").
  */
 export interface DeliveryStateSource {
   /**
@@ -353,7 +353,7 @@ export class Dispatcher {
    * One attempt, recorded; returns its outcome for telemetry: `delivered`, `retry`, `failed`,
    * or `lease_lost` (recorded too late: another process has it); and the callback's HTTP status,
    * if it answered. Claims and hand-overs take only active tenants' deliveries, and the attempt
-   * goes ahead on what they read (docs/operations.md, "Inactive tenants").
+   * goes ahead on what they read (docs/relay.md, "Inactive tenants").
    */
   async #attemptOnce(
     claimed: ClaimedDelivery,

@@ -37,7 +37,7 @@ export interface ClaimedDelivery {
   payload: string;
   /**
    * The payload still waits for the purchase's state, fetched from the store before the first
-   * attempt (docs/integration.md, "State on every delivery").
+   * attempt (docs/deliveries.md, "State on every delivery").
    */
   statePending: boolean;
   /** When the notification was received, for the delivery lag. */
@@ -68,7 +68,7 @@ export type AttemptVerdict =
 
 /**
  * After this many failed attempts in a row to a tenant's callback, the tenant is sent one
- * delivery at a time until an attempt succeeds (docs/operations.md, "Delivery scheduling across
+ * delivery at a time until an attempt succeeds (docs/relay.md, "Delivery scheduling across
  * tenants").
  */
 export const FAILING_CALLBACK_STREAK = 5;
@@ -97,7 +97,7 @@ export interface ClaimShare {
  * Every step reads by index whatever the planner believes of the table (docs/architecture.md,
  * "Queue statements and stale statistics"): the leases are counted by an ordered scan that stops
  * at the cap, and each candidate is locked by its primary key. Deliveries of an inactive tenant
- * are not claimed: they wait until it is activated (docs/operations.md, "Inactive tenants").
+ * are not claimed: they wait until it is activated (docs/relay.md, "Inactive tenants").
  *
  * The cap and the turns live in this statement, so a claim of any size keeps them; anything
  * else that leases deliveries counts a tenant's leases with the same `leasesHeld`.
@@ -218,7 +218,7 @@ export async function storeCompletedPayload(
  * The deliveries waiting, for the backlog gauge: all pending ones, and those already due of active
  * tenants (an inactive tenant's wait for it, unclaimed, and would keep the due count up for good).
  * It reads the pending deliveries' partial index, so it costs in proportion to the backlog; the
- * gauge reuses its answer (docs/operations.md, "Telemetry").
+ * gauge reuses its answer (docs/observability.md, "Telemetry").
  */
 export async function countBacklog(sql: Sql): Promise<{ pending: number; due: number }> {
   const [row] = await sql`

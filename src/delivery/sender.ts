@@ -1,7 +1,7 @@
 /**
  * One delivery attempt: check the callback target, sign the body afresh, POST it to an address
  * that passed the check, and report what happened. Never throws: every outcome, network errors
- * included, is an `AttemptResult` the caller records (docs/operations.md, "Callback safety").
+ * included, is an `AttemptResult` the caller records (docs/security.md, "Callback safety").
  */
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { withoutUrlSecrets } from "./callback_url.ts";

@@ -1,5 +1,5 @@
 /**
- * The signature of outbound deliveries, in the style of Stripe and Svix (docs/integration.md,
+ * The signature of outbound deliveries, in the style of Stripe and Svix (docs/deliveries.md,
  * "What is signed"): `X-Service-Signature: t=<epoch seconds>,v1=<hex HMAC-SHA256>` over
  * `<t>.<raw body>`, keyed with the tenant's webhook secret (UTF-8). During a secret rotation's
  * grace period the header carries one `v1=` per secret, the new one first.

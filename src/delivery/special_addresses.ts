@@ -4,7 +4,7 @@
  * multicast block and the IPv6 address space outside global unicast (2000::/3), and one matcher.
  * The most specific range containing an address decides (192.0.0.9/32 is reachable although
  * 192.0.0.0/24 is not). Where an IPv6 range carries an IPv4 address (mapped, compatible, NAT64,
- * 6to4), the IPv4 address is judged too. See docs/operations.md, "Callback safety".
+ * 6to4), the IPv4 address is judged too. See docs/security.md, "Callback safety".
  */
 
 /** One range of the table. */

@@ -5,7 +5,7 @@
  */
 import { objectOrNull } from "../json.ts";
 
-/** What a delivery says about the notification behind it (docs/integration.md, "A delivery"). */
+/** What a delivery says about the notification behind it (docs/deliveries.md, "A delivery"). */
 export interface CatalogEntry {
   /** Unified name, e.g. `subscription.renewed`; `unknown` for anything not in the tables. */
   event: string;

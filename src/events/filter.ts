@@ -1,5 +1,5 @@
 /**
- * A tenant's event filter (docs/operations.md, "Routing deliveries"): event names and `prefix.*`
+ * A tenant's event filter (docs/configuration.md, "Routing deliveries"): event names and `prefix.*`
  * patterns; an event that matches none is stored but not delivered. Null is no filter: every event
  * is delivered. The receivers' statements match in SQL ({@linkcode eventFilterMatch}) exactly as
  * {@linkcode matchesEventFilter} does here.

@@ -33,7 +33,7 @@ export interface VerifiedNotification {
   raw: unknown;
   /**
    * A store A Sandbox notification: its delivery goes to the tenant's sandbox callback URL when
-   * there is one (docs/operations.md, "Routing deliveries").
+   * there is one (docs/configuration.md, "Routing deliveries").
    */
   sandbox?: boolean;
   /** The store's own time of the event, ISO-8601, or null when it did not say. */
@@ -42,7 +42,7 @@ export interface VerifiedNotification {
   state: unknown;
   /**
    * The state is to be fetched from the store before the first attempt (store B purchases),
-   * unless the tenant turned that off (docs/integration.md, "State on every delivery").
+   * unless the tenant turned that off (docs/deliveries.md, "State on every delivery").
    */
   needsState?: boolean;
 }

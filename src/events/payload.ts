@@ -1,5 +1,5 @@
 /**
- * The body of a delivery (docs/integration.md, "A delivery"), serialized once so that every attempt
+ * The body of a delivery (docs/deliveries.md, "A delivery"), serialized once so that every attempt
  * sends the same bytes in the same key order and the signature covers exactly them.
  */
 import type { Subject } from "./catalog.ts";
@@ -21,13 +21,13 @@ export interface DeliveryPayload {
   raw: unknown;
   /** The store's own time of the event (ISO-8601): what a tenant orders events by. */
   occurredAt: string | null;
-  /** The purchase as verify would answer it, or null (docs/integration.md, "State on every delivery"). */
+  /** The purchase as verify would answer it, or null (docs/deliveries.md, "State on every delivery"). */
   state: unknown;
   /** Why `state` is null when it could not be fetched; absent otherwise. */
   stateError?: { error: string; message: string };
 }
 
-/** The JSON body, keys in the documented order (docs/integration.md, "A delivery"). */
+/** The JSON body, keys in the documented order (docs/deliveries.md, "A delivery"). */
 export function serializePayload(payload: DeliveryPayload): string {
   return JSON.stringify({
     event: payload.event,

@@ -1,5 +1,5 @@
 /**
- * The state of a store B purchase on its deliveries (docs/integration.md, "State on every
+ * The state of a store B purchase on its deliveries (docs/deliveries.md, "State on every
  * delivery"): a Google Play notification only says that something changed, so before the first
  * attempt of its delivery the dispatcher asks the Play Developer API, with the tenant's
  * credentials, what verify would answer for the notification's purchase, and writes it into the

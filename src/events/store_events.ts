@@ -1,7 +1,7 @@
 /**
  * A verified notification of either store as the event to store and deliver: classified by the
  * catalog, routed, with the store's own time of the event and what it says of the purchase
- * (docs/integration.md, "State on every delivery"). The receivers and the recovery from the
+ * (docs/deliveries.md, "State on every delivery"). The receivers and the recovery from the
  * stores' records build their events here, so a recovered notification is delivered exactly as
  * one the store posted.
  */
@@ -41,7 +41,7 @@ export function storeaEvent(
 
 /**
  * The dedup key of a store B voided purchase: its order id, whichever brought it first, its
- * notification or Google's voided purchases list (docs/operations.md, "Recovering missed
+ * notification or Google's voided purchases list (docs/recovery.md, "Recovering missed
  * notifications").
  */
 export function voidedPurchaseKey(orderId: string): string {

@@ -10,7 +10,7 @@ import { DeadlineExceededError, withDeadline } from "../deadline.ts";
 
 /** Verify endpoints accept at most 16 KB (docs/integration.md, "Limits"). */
 export const VERIFY_BODY_LIMIT = 16 * 1024;
-/** Webhook receivers accept at most 1 MB (docs/operations.md, "How a notification is received"). */
+/** Webhook receivers accept at most 1 MB (docs/relay.md, "How a notification is received"). */
 export const RECEIVER_BODY_LIMIT = 1024 * 1024;
 
 /**

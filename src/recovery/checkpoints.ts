@@ -1,7 +1,7 @@
 /**
  * The recovery's checkpoints (`recovery_checkpoints`): per tenant, store and environment, where
  * the last run ended, a window left unfinished, the schedule and its backoff, and the lease of the
- * process reading it now (docs/operations.md, "Recovering missed notifications").
+ * process reading it now (docs/recovery.md, "Recovering missed notifications").
  *
  * One replica at a time reads a checkpoint: a claim takes one due row `FOR UPDATE SKIP LOCKED` and
  * leases it to its process, in one statement; every later write names the owner, so a process

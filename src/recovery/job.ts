@@ -1,5 +1,5 @@
 /**
- * The scheduled recovery of missed notifications (docs/operations.md, "Recovering missed
+ * The scheduled recovery of missed notifications (docs/recovery.md, "Recovering missed
  * notifications"): every `RECOVERY_INTERVAL`, each active tenant is reconciled with the stores'
  * own records, store A in each environment its setting covers and store B once, from its
  * checkpoint (minus an overlap), by one replica at a time (a lease on the checkpoint).

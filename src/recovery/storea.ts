@@ -1,5 +1,5 @@
 /**
- * Store A's notification history read back (docs/operations.md, "Recovering missed
+ * Store A's notification history read back (docs/recovery.md, "Recovering missed
  * notifications"): Get Notification History, page by page, and each notification it lists taken
  * through the receiver's path: the same JWS, chain and bundle checks (as read from Apple, so
  * without the receiver's age limit), the same event, the same ingest with dedup on

@@ -1,5 +1,5 @@
 /**
- * Store B's voided purchases read back (docs/operations.md, "Recovering missed notifications"):
+ * Store B's voided purchases read back (docs/recovery.md, "Recovering missed notifications"):
  * Google lists every purchase it voided (refunded, canceled, charged back) for 30 days, while its
  * voided-purchase notification may never have arrived. Each listed purchase becomes the event its
  * notification would have made: `refund.issued`, `storeb.voided_purchase`, a developer

@@ -1,5 +1,5 @@
 /**
- * What every recovery from the stores' own records shares (docs/operations.md, "Recovering missed
+ * What every recovery from the stores' own records shares (docs/recovery.md, "Recovering missed
  * notifications"): how far back each store keeps its records, where a run's window starts, what a
  * run counts, and the errors that end a run without being the store's fault.
  */
@@ -38,7 +38,7 @@ export function storeKeepsMs(store: RecoveryStore, environment: RecoveryEnvironm
 /**
  * How far back the service remembers the notifications it stored, so that one found again is
  * known rather than new: events are kept `EVENT_RETENTION_DAYS`, and their keys at least as long
- * as a store may send them again (docs/operations.md, "Retention"). Null: forever (retention 0).
+ * as a store may send them again (docs/relay.md, "Retention"). Null: forever (retention 0).
  */
 export function dedupHorizonMs(
   eventRetentionDays: number,

@@ -3,7 +3,7 @@
  * next batch waits as long as the last one took. So a prune never holds row locks for long, never
  * keeps the database busy for more than one batch at a time (the embedded engine runs one
  * statement at a time: a receiver's insert waits for at most one batch), and uses at most about
- * half of the database's time however much there is to delete (docs/operations.md, "Retention").
+ * half of the database's time however much there is to delete (docs/relay.md, "Retention").
  */
 
 /**

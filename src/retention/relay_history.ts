@@ -3,7 +3,7 @@
  * `failed`) untouched for that many days are deleted with their attempts, and so is their event
  * unless a store may still send its notification again: then only the event's payload goes, and its
  * row keeps the key that recognises the notification as a duplicate, until it is older than
- * `keyDays` (docs/operations.md, "Retention"). A `pending` delivery is never deleted, and so
+ * `keyDays` (docs/relay.md, "Retention"). A `pending` delivery is never deleted, and so
  * neither is its event: the foreign key from `deliveries` would refuse to delete an event in use.
  *
  * Each batch is one statement (one short transaction) that takes up to a batch of one tenant's
@@ -17,7 +17,7 @@ import { BatchPacer, type PruneOptions } from "./batches.ts";
 
 /**
  * The longest a store sends a notification again, in days: a Pub/Sub subscription's `seek` replays
- * as far back as its topic keeps messages, 31 days at most (docs/operations.md, "Retention").
+ * as far back as its topic keeps messages, 31 days at most (docs/relay.md, "Retention").
  */
 export const STORE_REDELIVERY_DAYS = 31;
 

@@ -1,5 +1,5 @@
 /**
- * The bearer token of the App Store Server API (docs/operations.md, "How the service talks to the
+ * The bearer token of the App Store Server API (docs/configuration.md, "How the service talks to the
  * App Store"): an ES256 JWT signed with the tenant's In-App Purchase key. Signing costs an ECDSA
  * signature, so a token is reused for most of its lifetime.
  */

@@ -1,5 +1,5 @@
 /**
- * Consumption information for a refund request (docs/integration.md, "Answering refund
+ * Consumption information for a refund request (docs/store_gateway.md, "Answering refund
  * requests"): Send Consumption Information v2, a PUT of Apple's `ConsumptionRequest` for one
  * transaction. The PUT replaces what Apple holds for the transaction, so sending the same body
  * twice leaves Apple as sending it once does: it is retried once like a read

@@ -1,5 +1,5 @@
 /**
- * One page of a customer's transaction history (docs/integration.md, "POST /v1/storea/history"):
+ * One page of a customer's transaction history (docs/store_gateway.md, "POST /v1/storea/history"):
  * Get Transaction History v2 with the tenant's filters in Apple's own query parameters, every
  * signed transaction verified before anything in it is used.
  */

@@ -79,7 +79,7 @@ export const INTERMEDIATE_CACHE_LIMIT = 8;
 export const REFUSED_CHAIN_LIMIT = 1_024;
 /**
  * Chains never seen before that JWS from anyone may bring, per second and at once
- * (docs/operations.md, "Forged certificate chains"). A genuine one is checked once per process
+ * (docs/security.md, "Forged certificate chains"). A genuine one is checked once per process
  * and then cached; past the budget an unseen chain is refused before any cryptography.
  */
 export const UNSEEN_CHAIN_BUDGET = { perSecond: 2, burst: 10 } as const;

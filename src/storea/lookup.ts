@@ -1,5 +1,5 @@
 /**
- * What every store A lookup and action shares (docs/integration.md, "POST /v1/storea/verify"):
+ * What every store A lookup and action shares (docs/verify.md, "POST /v1/storea/verify"):
  * which environments to ask and in what order, the deadline over all of them, and the rule that
  * a JWS read from the App Store is trusted only once it verifies.
  */

@@ -1,7 +1,7 @@
 /**
  * Store A notifications (App Store Server Notifications V2): the signed payload and its nested
  * transaction and renewal info are verified with the same JWS checks as verify responses, and the
- * notification must belong to the tenant's app (docs/operations.md, "How a notification is
+ * notification must belong to the tenant's app (docs/relay.md, "How a notification is
  * received").
  */
 import { invalidRequest, rateLimited, ServiceError } from "../errors.ts";
@@ -16,7 +16,7 @@ import {
 
 /**
  * How a notification reached the service, which decides what it must prove besides its
- * signatures (docs/operations.md, "Old notifications").
+ * signatures (docs/security.md, "Old notifications").
  */
 export type StoreaNotificationOrigin =
   /**

@@ -2,7 +2,7 @@
  * A verified store A renewal info (`signedRenewalInfo`) in the shape the service answers it: the
  * fields Apple documents for every subscription, epoch-ms dates as ISO-8601, absent optional
  * fields as null, the JWS unchanged and every decoded field in `rawDecodedPayload`
- * (docs/integration.md, "POST /v1/storea/subscriptions"). Shared by the subscription status
+ * (docs/store_gateway.md, "POST /v1/storea/subscriptions"). Shared by the subscription status
  * lookup and by what a store A delivery says of the purchase.
  */
 import { integerOrNull, isoDate, stringOrNull } from "./transaction.ts";

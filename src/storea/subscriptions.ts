@@ -1,5 +1,5 @@
 /**
- * The statuses of a customer's subscriptions (docs/integration.md, "POST
+ * The statuses of a customer's subscriptions (docs/store_gateway.md, "POST
  * /v1/storea/subscriptions"): Get All Subscription Statuses in the tenant's environment(s), every
  * signed transaction and renewal info verified before anything in it is used, one entry per last
  * transaction of each subscription group.
@@ -136,7 +136,7 @@ export async function lookUpSubscriptions(
 
 /**
  * The transaction bought last (by `purchaseDate`), whose `appAccountToken` is the customer's
- * `appUserId` (docs/integration.md, "POST /v1/storea/subscriptions").
+ * `appUserId` (docs/store_gateway.md, "POST /v1/storea/subscriptions").
  */
 function mostRecent(transactions: Record<string, unknown>[]): { appAccountToken: string } | null {
   let latest: Record<string, unknown> | null = null;

@@ -1,5 +1,5 @@
 /**
- * Asking the App Store for a test notification (docs/operations.md, "Checking the notification
+ * Asking the App Store for a test notification (docs/configuration.md, "Checking the notification
  * chain"): Request a Test Notification, then Get Test Notification Status. The request is a POST
  * that makes Apple send one more notification each time, so it is never retried; the status is a
  * read, retried like any other (docs/architecture.md, "Retrying store A calls").

@@ -1,6 +1,6 @@
 /**
  * A verified store A transaction in the shape of the verify response: epoch-ms dates as ISO-8601,
- * absent optional fields as null, and `price` in the currency's smallest unit (docs/integration.md,
+ * absent optional fields as null, and `price` in the currency's smallest unit (docs/verify.md,
  * "POST /v1/storea/verify").
  */
 

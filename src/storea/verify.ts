@@ -1,5 +1,5 @@
 /**
- * Store A verification (docs/integration.md, "POST /v1/storea/verify"): finds a transaction in the
+ * Store A verification (docs/verify.md, "POST /v1/storea/verify"): finds a transaction in the
  * tenant's environment(s), verifies the JWS the App Store returned, checks the bundle and
  * normalizes. The verifier also carries the store gateway's lookups and actions, which share its
  * client, its verifier of Apple's signatures and its deadline.

@@ -1,5 +1,5 @@
 /**
- * Store B actions (docs/integration.md, "Store B: acknowledging purchases"): acknowledge a
+ * Store B actions (docs/store_gateway.md, "Store B: acknowledging purchases"): acknowledge a
  * purchase, consume a one-time product, and acknowledge a verified purchase in the verify call.
  *
  * Each reads the purchase first, with verify's lookup, and writes only when the store has not

@@ -2,7 +2,7 @@
  * One store B purchase lookup and what its answer means, shared by verify and the store actions
  * (which read the purchase before and, when a write's answer was lost, after writing): 200 is
  * the normalized purchase, 404 and 410 are `PURCHASE_NOT_FOUND`, 429 is `RATE_LIMITED`, anything
- * else is `GOOGLE_API_ERROR` (docs/integration.md, "POST /v1/storeb/verify").
+ * else is `GOOGLE_API_ERROR` (docs/verify.md, "POST /v1/storeb/verify").
  */
 import { rateLimited, type ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
 import type { ServiceAccount } from "./oauth.ts";

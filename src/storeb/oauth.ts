@@ -1,5 +1,5 @@
 /**
- * Store B access tokens (docs/operations.md, "How the service talks to Google Play"): a service
+ * Store B access tokens (docs/configuration.md, "How the service talks to Google Play"): a service
  * account signs an RS256 assertion and trades it for an access token with the JWT-bearer grant
  * (RFC 7523) at `STOREB_TOKEN_URL`.
  *

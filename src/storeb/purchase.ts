@@ -1,6 +1,6 @@
 /**
  * Normalization of the Play Developer API's purchase objects into the verify response's `purchase`
- * (docs/integration.md, "POST /v1/storeb/verify"). Pure functions of the upstream JSON and the
+ * (docs/verify.md, "POST /v1/storeb/verify"). Pure functions of the upstream JSON and the
  * request.
  *
  * Upstream shapes are read loosely: a field that is absent or of an unexpected type becomes null

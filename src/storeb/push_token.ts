@@ -17,7 +17,7 @@
  * Google's own libraries skip `aud` when none is given and never look at `email`: both checks are
  * made here.
  *
- * Failures (docs/operations.md, "How a notification is received"): a token that is absent,
+ * Failures (docs/relay.md, "How a notification is received"): a token that is absent,
  * malformed, out of its lifetime or from the wrong issuer is `UNAUTHENTICATED`; one signed with a
  * key Google does not publish, or minted for another audience or account, is `SIGNATURE_INVALID`. A
  * JWKS that cannot be loaded while no key is cached is a plain `Error` (a 500), so Pub/Sub retries

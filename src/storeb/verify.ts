@@ -1,7 +1,7 @@
 /**
- * Store B verification (docs/integration.md, "POST /v1/storeb/verify"): asks the Play Developer API
+ * Store B verification (docs/verify.md, "POST /v1/storeb/verify"): asks the Play Developer API
  * about a purchase token and normalizes the answer; and the store actions beside it
- * (docs/integration.md, "Store B: acknowledging purchases"), which share its client, its token
+ * (docs/store_gateway.md, "Store B: acknowledging purchases"), which share its client, its token
  * cache and its parsed service accounts.
  */
 import type { StorebCredentials } from "../db/credentials.ts";
@@ -148,7 +148,7 @@ export class StorebVerifier {
 
   /**
    * Acknowledges a purchase unless it already is
-   * (docs/integration.md, "Store B: acknowledging purchases").
+   * (docs/store_gateway.md, "Store B: acknowledging purchases").
    */
   acknowledge(
     credentials: StorebCredentials,
@@ -165,7 +165,7 @@ export class StorebVerifier {
 
   /**
    * Consumes a one-time product purchase unless it already is
-   * (docs/integration.md, "Store B: acknowledging purchases").
+   * (docs/store_gateway.md, "Store B: acknowledging purchases").
    */
   consume(
     credentials: StorebCredentials,

@@ -2,7 +2,7 @@
  * Promises the service makes that a regression would break without any other test noticing,
  * checked against the real database as someone who can read it, or take it away, would:
  * - secrets given to the CLI are stored sealed: no column holds a key, a service account or a
- *   webhook secret in clear (docs/operations.md, "Secrets at rest");
+ *   webhook secret in clear (docs/security.md, "Secrets at rest");
  * - while the database is unreachable both receivers answer 500, never 200, so the stores send
  *   again and nothing is acknowledged that was not stored;
  * - the verify path writes nothing synchronously: it answers while the database refuses writes.

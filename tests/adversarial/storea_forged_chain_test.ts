@@ -3,7 +3,7 @@
  * as their issuer and carry Apple's marker, and posts JWS signed with them under Apple's real
  * intermediate and root. Each JWS verifies with its leaf, so each would cost a certificate check;
  * past a small budget of chains never seen, they are refused 429 unchecked, and a genuine
- * notification is still answered 200 during the flood (docs/operations.md, "Forged certificate
+ * notification is still answered 200 during the flood (docs/security.md, "Forged certificate
  * chains"). `deno task bench` measures what the refusals cost against garbage signatures.
  */
 import assert from "node:assert/strict";

@@ -3,7 +3,7 @@
  * test data, logs, a TestFlight build), and ones the service accepted before, after retention has
  * pruned their events. The first are refused 401 `SIGNATURE_INVALID` as too old, with a log line;
  * the second answer as the duplicates they are, with the first event's id, and nothing is delivered
- * again (docs/operations.md, "Old notifications").
+ * again (docs/security.md, "Old notifications").
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";

@@ -1,5 +1,5 @@
 /**
- * One tenant cannot hold up another (docs/operations.md, "Delivery scheduling across tenants").
+ * One tenant cannot hold up another (docs/relay.md, "Delivery scheduling across tenants").
  *
  * A broken tenant, authenticated like any other, piles up hundreds of pending deliveries to a
  * callback that accepts the connection and never answers, answers 500 just before the timeout,
