@@ -137,6 +137,8 @@ async function main(args: string[]): Promise<number> {
     HOST: nonEmpty(Deno.env.get("HOST")) ?? "127.0.0.1",
     // Development is asked for here, not assumed: a localhost callback needs its rules.
     NODE_ENV: nonEmpty(Deno.env.get("NODE_ENV")) ?? "development",
+    // A notification lost on the way (trigger --lost) is recovered within seconds, not the hour.
+    RECOVERY_INTERVAL: nonEmpty(Deno.env.get("RECOVERY_INTERVAL")) ?? "10s",
   };
   try {
     readConfig({ ...Deno.env.toObject(), ...own });
@@ -444,6 +446,13 @@ function printBanner(ready: Ready, dataDir: string): void {
   command(`${cli} trigger storea EXPIRED --subtype VOLUNTARY --tenant ${tenant}`);
   command(`${cli} trigger storeb subscription.4 --tenant ${tenant}`);
   command(`${cli} trigger storeb voided_purchase --tenant ${tenant}`);
+  say(
+    "",
+    bold("Lose a notification on the way, and watch the service recover it") +
+      dim(" (from the store's own records, within seconds):"),
+  );
+  command(`${cli} trigger storea DID_RENEW --lost TIMED_OUT --tenant ${tenant}`);
+  command(`${cli} trigger storeb voided_purchase --lost yes --tenant ${tenant}`);
   say(
     "",
     bold("Check the chain App Store -> service -> your endpoint") +

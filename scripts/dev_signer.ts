@@ -9,7 +9,14 @@
  */
 import { timingSafeEqual } from "node:crypto";
 import { namedNotificationTypes } from "../src/events/catalog.ts";
-import type { SignedRequest, SignRequest, StorebNotificationChoice } from "../src/cli/trigger.ts";
+import {
+  FAILED_SEND_ATTEMPT_RESULTS,
+  type LostNotification,
+  type SignedRequest,
+  type SignRequest,
+  type StorebNotificationChoice,
+} from "../src/cli/trigger.ts";
+import type { StoreaSendAttemptResult } from "../simulators/storea_api.ts";
 import { storeaNotification, storebPush } from "../simulators/store_notifications.ts";
 import {
   SIMULATED_APP,
@@ -89,7 +96,16 @@ async function sign(
       originalTransactionId: purchases.storeaTransactionId,
       productId: SIMULATED_APP.storeaProductId,
     });
-    return { headers: { "content-type": "application/json" }, body: JSON.stringify(body) };
+    const signed = { headers: { "content-type": "application/json" }, body: JSON.stringify(body) };
+    if (request.lost === undefined) return signed;
+    // Lost on the way: the App Store keeps it in its history with the failed attempt.
+    stores.storeaApi.recordNotification(body.signedPayload, {
+      sendAttempts: [{
+        attemptDate: Date.now(),
+        sendAttemptResult: request.lost.sendAttemptResult as StoreaSendAttemptResult,
+      }],
+    });
+    return { ...signed, recorded: true };
   }
   const push = await storebPush(stores.issuer, {
     notification: request.notification,
@@ -99,10 +115,30 @@ async function sign(
     audience: request.pushAudience,
     pushServiceAccount: request.pushServiceAccount,
   });
-  return {
+  const signed = {
     headers: { authorization: `Bearer ${push.token}`, "content-type": "application/json" },
     body: JSON.stringify(push.body),
   };
+  const voided = push.notification.voidedPurchaseNotification as
+    | { purchaseToken: string; orderId: string; refundType: number }
+    | undefined;
+  if (request.lost === undefined || voided === undefined) return signed;
+  // Lost on the way: Google lists the voided purchase (a little after it voided it).
+  stores.play.addVoidedPurchase({
+    packageName: request.packageName,
+    voidedPurchase: {
+      kind: "androidpublisher#voidedPurchase",
+      purchaseToken: voided.purchaseToken,
+      purchaseTimeMillis: String(Date.now() - 86_400_000),
+      voidedTimeMillis: String(Date.now() - 2 * 60_000),
+      orderId: voided.orderId,
+      voidedSource: 0,
+      voidedReason: 1,
+      ...(voided.refundType === 2 ? { voidedQuantity: 1 } : {}),
+    },
+    type: "subscription",
+  });
+  return { ...signed, recorded: true };
 }
 
 /** The request, if it asks for a type the catalog names with fields of sane sizes. */
@@ -133,18 +169,35 @@ function checkedSignRequest(value: unknown): SignRequest {
       subtype,
       bundleId: text("bundleId"),
       appId: appId as number | null,
+      ...checkedLost(request.lost),
     };
   }
   if (request?.store === "storeb") {
+    const notification = checkedStorebNotification(request.notification);
+    const lost = checkedLost(request.lost);
+    if (lost.lost !== undefined && notification.kind !== "voided_purchase") {
+      throw new Error("only a voided purchase can be lost: Google lists no other");
+    }
     return {
       store: "storeb",
-      notification: checkedStorebNotification(request.notification),
+      notification,
       packageName: text("packageName"),
       pushAudience: text("pushAudience"),
       pushServiceAccount: text("pushServiceAccount"),
+      ...lost,
     };
   }
   throw new Error("store must be storea or storeb");
+}
+
+/** `lost`, if asked for, with a failed send attempt result Apple names. */
+function checkedLost(value: unknown): { lost?: LostNotification } {
+  if (value === undefined) return {};
+  const result = (value as Record<string, unknown> | null)?.sendAttemptResult;
+  if (!(FAILED_SEND_ATTEMPT_RESULTS as readonly unknown[]).includes(result)) {
+    throw new Error("lost.sendAttemptResult must be a failed sendAttemptResult");
+  }
+  return { lost: { sendAttemptResult: result as string } };
 }
 
 function checkedStorebNotification(value: unknown): StorebNotificationChoice {
