@@ -41,7 +41,6 @@ import {
   numberFlag,
   parseWrk,
   productionServiceEnv,
-  type Progress,
   ROOT,
   runCli,
   runWrk,

@@ -6,7 +6,12 @@
  * twice is retried once when Apple says to try again (5xx, errorCode 5000001) or the connection
  * broke, within the caller's deadline (docs/architecture.md, "Retrying store A calls").
  */
-import { rateLimited, ServiceError, UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS } from "../errors.ts";
+import {
+  rateLimited,
+  RelayError,
+  ServiceError,
+  UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
+} from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 import { objectOrNull } from "../json.ts";
@@ -63,16 +68,15 @@ export interface StoreaApiClientOptions {
 
 /**
  * An answer worth one more try: a signal inside the client, which always turns it into 502
- * `APPLE_API_ERROR` before it leaves, so it has no code of its own.
+ * `APPLE_API_ERROR` before it leaves; its code is that one's, should a log ever see it.
  */
-class RetryableAnswer extends Error {
+class RetryableAnswer extends RelayError {
   constructor(
     readonly status: number | null,
     readonly upstreamCode: number | null,
     cause?: unknown,
   ) {
-    super(status === null ? "network error" : `status ${status}`, { cause });
-    this.name = "RetryableAnswer";
+    super("APPLE_API_ERROR", status === null ? "network error" : `status ${status}`, { cause });
   }
 }
 
