@@ -4,8 +4,8 @@
  * @module
  */
 import { type Config, readConfig, readEnvironment } from "./src/config.ts";
-import { log, Logger } from "./src/log.ts";
-import { serve } from "./src/serve.ts";
+import { log, Logger } from "./src/observability/log.ts";
+import { serve } from "./src/process/serve.ts";
 import { errorCode } from "./src/errors.ts";
 import { type CliContext, openForCli, runCli } from "./src/cli/mod.ts";
 

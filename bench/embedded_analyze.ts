@@ -1,7 +1,7 @@
 /**
  * How long the embedded engine's maintenance statements hold PGlite's one session, by the size of
  * a queue table: `VACUUM` after a round of churn, and `ANALYZE` at PostgreSQL's statistics target
- * (100) and at the engine's (10, `ENGINE_SETTINGS` in src/db/embedded.ts). Every request waits for
+ * (100) and at the engine's (10, `ENGINE_SETTINGS` in src/db/embedded/server.ts). Every request waits for
  * such a statement (docs/architecture.md, "Vacuuming the embedded engine").
  *
  * The table is `deliveries`, in a fresh PGlite with the engine's settings and the service's
@@ -15,7 +15,7 @@
  */
 import { parseArgs } from "node:util";
 import { PGlite } from "@electric-sql/pglite";
-import { ENGINE_SETTINGS } from "../src/db/embedded.ts";
+import { ENGINE_SETTINGS } from "../src/db/embedded/server.ts";
 import { readMigrations } from "../src/db/migrate.ts";
 
 const CHURN = 2_700;

@@ -8,10 +8,10 @@
  * @module
  */
 import { signatureHeader } from "../src/delivery/signature.ts";
-import { readStreamPrefix } from "../src/streams.ts";
-import { timeoutSignal } from "../src/abort.ts";
+import { readStreamPrefix } from "../src/lib/streams.ts";
+import { timeoutSignal } from "../src/lib/abort.ts";
 import { RESPONSE_BODY_LIMIT } from "../src/delivery/sender.ts";
-import { parseRetryAfterMs } from "../src/retry_after.ts";
+import { parseRetryAfterMs } from "../src/lib/retry_after.ts";
 import type { DeliveryRequest } from "../src/delivery/sender.ts";
 import type { AttemptResult } from "../src/delivery/queue.ts";
 import { resolveHost } from "../src/delivery/callback_target.ts";

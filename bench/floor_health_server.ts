@@ -2,15 +2,15 @@
  * The floor for `bench/health.ts`: the bare server plus only what every response must have
  * (docs/integration.md, "Common headers"; docs/observability.md, "Logs"): the `X-Request-Id` and
  * `X-Service-Version` headers, and one `http_request` JSON line per request on stdout, written by
- * the service's own logger (src/log.ts, which batches its writes). No routing, no error handling,
+ * the service's own logger (src/observability/log.ts, which batches its writes). No routing, no error handling,
  * no shutdown.
  *
  * It is the cheapest way we know to do that work: the gap between this and the bare server is
  * what the required per-request work costs on the machine, and the gap between this and the service
  * is what the service's pipeline adds to it.
  */
-import { newId } from "../src/ids.ts";
-import { Logger } from "../src/log.ts";
+import { newId } from "../src/lib/ids.ts";
+import { Logger } from "../src/observability/log.ts";
 import { baselineAddress, HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 
 const { port, hostname } = baselineAddress(8080);

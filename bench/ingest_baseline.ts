@@ -19,7 +19,7 @@
  * @module
  */
 import { connectDatabase } from "../src/db/connect.ts";
-import { EMBEDDED_V8_FLAGS, serviceEnvironment } from "../src/permissions.ts";
+import { EMBEDDED_V8_FLAGS, serviceEnvironment } from "../src/process/permissions.ts";
 import { runPinnedForJson } from "./support.ts";
 
 /** The statement the service runs for one notification, with pgbench's `:payload` variable. */

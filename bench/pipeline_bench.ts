@@ -16,7 +16,7 @@
 import { type ApiDeps, ENDPOINTS } from "../src/api/mod.ts";
 import { Router } from "../src/http/router.ts";
 import { createRequestHandler, InFlight } from "../src/http/server.ts";
-import { Logger } from "../src/log.ts";
+import { Logger } from "../src/observability/log.ts";
 import { readJsonBody, VERIFY_BODY_LIMIT } from "../src/http/body.ts";
 import { HEALTH_BODY, JSON_HEADERS } from "./baseline.ts";
 

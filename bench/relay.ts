@@ -1304,7 +1304,7 @@ function fixed(seconds: number): string {
 /**
  * The bench's connection to the service's queue: the temporary PostgreSQL database, or the
  * embedded engine the service shares on its data directory's socket (one session with the
- * service's own connections, so no named statements; see src/db/embedded.ts).
+ * service's own connections, so no named statements; see src/db/embedded/server.ts).
  */
 function connectQueue(databaseUrl: string | null, dataDir: string): postgres.Sql {
   if (databaseUrl) return postgres(databaseUrl, { max: 1, onnotice: () => {} });

@@ -12,7 +12,7 @@
  * @module
  */
 import postgres from "postgres";
-import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../src/process/permissions.ts";
 
 /** The repository root, which children run in and take their scripts from. */
 export const ROOT: string = decodeURIComponent(new URL("..", import.meta.url).pathname).replace(

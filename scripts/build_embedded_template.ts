@@ -1,12 +1,12 @@
 /**
- * `deno task pglite:initdb`: rebuilds `src/db/pglite_initdb.tar.gz`, the data directory a new
- * embedded database starts from (src/db/embedded_template.ts), with the PGlite that deno.json
+ * `deno task pglite:initdb`: rebuilds `src/db/embedded/pglite_initdb.tar.gz`, the data directory a new
+ * embedded database starts from (src/db/embedded/template.ts), with the PGlite that deno.json
  * pins: its initdb on an empty directory, a clean stop, and the directory's contents archived in
  * name order. Run it after changing PGlite's version; tests/embedded_template_test.ts fails until
  * then. Two builds differ only in `global/pg_control` and the WAL segment (the system identifier
  * and the times initdb writes there).
  */
-import { initdbDirectory, TEMPLATE_URL, templateArchive } from "../src/db/embedded_template.ts";
+import { initdbDirectory, TEMPLATE_URL, templateArchive } from "../src/db/embedded/template.ts";
 
 const scratch = await Deno.makeTempDir({ prefix: "purchase-relay-template-" });
 try {

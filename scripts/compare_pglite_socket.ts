@@ -1,6 +1,6 @@
 /**
  * Serves one PGlite to `npm:postgres` connections two ways, the embedded engine's own server
- * (src/db/embedded.ts) and `@electric-sql/pglite-socket`'s `PGLiteSocketServer`, runs the same
+ * (src/db/embedded/server.ts) and `@electric-sql/pglite-socket`'s `PGLiteSocketServer`, runs the same
  * cases against each over a Unix socket, and prints what each answered as a markdown table: the
  * record behind docs/architecture.md, "Why the embedded engine multiplexes sessions itself".
  *
@@ -18,9 +18,9 @@
  */
 import postgres from "postgres";
 import { join } from "node:path";
-import { SOCKET_NAME, startEmbeddedServer } from "../src/db/embedded.ts";
-import { ensureDatabaseDirectory } from "../src/db/embedded_template.ts";
-import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
+import { SOCKET_NAME, startEmbeddedServer } from "../src/db/embedded/server.ts";
+import { ensureDatabaseDirectory } from "../src/db/embedded/template.ts";
+import { DeadlineExceededError, withDeadline } from "../src/lib/deadline.ts";
 
 /** What the cases need of a server: where its socket is, and how to stop it. */
 interface Served {
@@ -174,7 +174,7 @@ if (import.meta.main) {
   const module: PgliteSocketModule = await import(new URL(path, `file://${Deno.cwd()}/`).href);
   const ours = await runCases(ourServer);
   const theirs = await runCases((dir) => theirServer(dir, module));
-  console.log("| case | src/db/embedded.ts | pglite-socket |\n| --- | --- | --- |");
+  console.log("| case | src/db/embedded/server.ts | pglite-socket |\n| --- | --- | --- |");
   Object.keys(cases).forEach((name, i) => console.log(`| ${name} | ${ours[i]} | ${theirs[i]} |`));
   Deno.exit(0); // pglite-socket's server can leave a timer behind
 }

@@ -4,7 +4,7 @@
  * (`v<major>.<minor>.<patch>`), else `dev`. Deno downloads its runtime for this step, so it needs
  * network access to Deno's release servers.
  */
-import { executablePermissions } from "../src/permissions.ts";
+import { executablePermissions } from "../src/process/permissions.ts";
 
 const VERSION_FILE = new URL("../src/version.ts", import.meta.url);
 
@@ -39,9 +39,9 @@ try {
       ...executablePermissions(),
       "--include",
       "migrations/",
-      // The embedded engine's first data directory (src/db/embedded_template.ts).
+      // The embedded engine's first data directory (src/db/embedded/template.ts).
       "--include",
-      "src/db/pglite_initdb.tar.gz",
+      "src/db/embedded/pglite_initdb.tar.gz",
       "--output",
       "dist/purchase-relay",
       "main.ts",

@@ -1,6 +1,6 @@
 /**
  * `deno task start` and `deno task cli`: runs `main.ts` with the permissions its configuration
- * gives (src/permissions.ts). A task line in deno.json is fixed text and cannot follow `DATA_DIR`,
+ * gives (src/process/permissions.ts). A task line in deno.json is fixed text and cannot follow `DATA_DIR`,
  * the files the configuration names or a CLI command's `--*-file` arguments; this script reads the
  * environment, computes the flags and runs `deno run <flags> main.ts <args>`.
  *
@@ -8,14 +8,14 @@
  * nothing else. It stays in front of the service: SIGINT, SIGTERM and SIGHUP sent to it reach the
  * service once, and it exits with the service's exit code. Its own end, however it comes (SIGKILL
  * included), ends `serve` as SIGTERM would: the service's standard input is a pipe that only this
- * script holds (src/launcher_pipe.ts). The end of the task runner in front of it, however it
+ * script holds (src/process/launcher_pipe.ts). The end of the task runner in front of it, however it
  * comes, reaches the service as SIGTERM too.
  * @module
  */
-import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
-import { LAUNCHER_GREETING } from "../src/launcher_pipe.ts";
+import { serviceEnvironment, servicePermissions } from "../src/process/permissions.ts";
+import { LAUNCHER_GREETING } from "../src/process/launcher_pipe.ts";
 
-// Not node:url's fileURLToPath: loading Node's modules would delay every start (src/permissions.ts).
+// Not node:url's fileURLToPath: loading Node's modules would delay every start (src/process/permissions.ts).
 const MAIN = decodeURIComponent(new URL("../main.ts", import.meta.url).pathname);
 const FORWARDED: Deno.Signal[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 /** A signal that comes again within this time is the same one, delivered twice. */

@@ -1,13 +1,13 @@
 /**
  * The service and its admin CLI run on this machine from the checkout, as `deno task start` and
  * `deno task cli` run them (`deno run <permissions> main.ts ...`, with the permissions of
- * src/permissions.ts): what `deno task demo` and `deno task dev` share. Every wait is bounded.
+ * src/process/permissions.ts): what `deno task demo` and `deno task dev` share. Every wait is bounded.
  *
  * @module
  */
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../src/process/permissions.ts";
 
 /** The checkout. */
 export const ROOT = fileURLToPath(new URL("../", import.meta.url));

@@ -4,7 +4,7 @@
  *
  * {@linkcode CONFIG_GROUPS} is the one table of variables: each row names a variable once, with
  * the kind of value it holds, its default, the {@linkcode Config} field it fills and one line of
- * documentation. {@linkcode readConfig} walks it; the `--allow-env` list (src/permissions.ts), the
+ * documentation. {@linkcode readConfig} walks it; the `--allow-env` list (src/process/permissions.ts), the
  * reference in docs/operations.md ("All variables") and deploy/purchase-relay.env.example are made
  * from it (`deno task docs:config`). Adding a variable is a row here and its field in `Config`.
  * @module
@@ -655,7 +655,7 @@ export function readConfig(env: Env): Config {
 
 /**
  * The names of the table's variables. The service may read these and no others
- * (`--allow-env=<names>`, src/permissions.ts).
+ * (`--allow-env=<names>`, src/process/permissions.ts).
  */
 export function configVariables(): string[] {
   return CONFIG_VARIABLES.map((row) => row.name).sort();

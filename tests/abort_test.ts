@@ -1,6 +1,6 @@
 /** Abort signals that end work. */
 import assert from "node:assert/strict";
-import { timeoutSignal, untilAborted } from "../src/abort.ts";
+import { timeoutSignal, untilAborted } from "../src/lib/abort.ts";
 
 Deno.test("timeout signal: aborts with a TimeoutError once the time is up", async () => {
   const { signal, clear } = timeoutSignal(30);

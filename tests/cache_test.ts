@@ -1,9 +1,9 @@
 /**
- * The lookup cache in front of the database (src/cache.ts): found values in a bounded LRU that
+ * The lookup cache in front of the database (src/lib/cache.ts): found values in a bounded LRU that
  * misses cannot evict, misses in a bounded negative cache, unknown keys looked up in batches.
  */
 import assert from "node:assert/strict";
-import { type BatchLoader, loadEach, LookupCache } from "../src/cache.ts";
+import { type BatchLoader, loadEach, LookupCache } from "../src/lib/cache.ts";
 
 /** A loader over a fixed table that records every call it gets. */
 function recordingLoader(table: Map<string, string>) {

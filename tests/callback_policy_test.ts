@@ -10,7 +10,7 @@ import {
   describeCallbackRules,
   logCallbackPolicy,
 } from "../src/delivery/callback_policy.ts";
-import { Logger } from "../src/log.ts";
+import { Logger } from "../src/observability/log.ts";
 
 const KEY = btoa(String.fromCharCode(...new Uint8Array(32)));
 const PRODUCTION = { NODE_ENV: "production", ENCRYPTION_KEY: KEY };

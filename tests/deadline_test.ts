@@ -1,6 +1,6 @@
 /** Deadlines on work that may never settle. */
 import assert from "node:assert/strict";
-import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
+import { DeadlineExceededError, withDeadline } from "../src/lib/deadline.ts";
 
 Deno.test("deadline: work that settles in time passes through, value or error", async () => {
   assert.equal(await withDeadline(Promise.resolve(7), 1_000), 7);

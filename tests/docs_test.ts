@@ -142,7 +142,7 @@ function logMessages(): Map<string, Set<string>> {
     messages.get(msg)!.add(level);
   };
   for (const file of allSources) {
-    if (file === "src/log.ts") continue; // the logger itself
+    if (file === "src/observability/log.ts") continue; // the logger itself
     const text = read(file);
     const byMethod = /(?<!console)\.(debug|info|warn|error|fatal)\(\s*"([a-z][a-z0-9_]*)"/g;
     for (const match of text.matchAll(byMethod)) add(match[2], match[1]);

@@ -1,5 +1,5 @@
 /**
- * The embedded engine's vacuum (src/db/embedded_maintenance.ts): PGlite has no autovacuum, so
+ * The embedded engine's vacuum (src/db/embedded/maintenance.ts): PGlite has no autovacuum, so
  * without it the row versions left by every update stay in the tables for good.
  */
 import assert from "node:assert/strict";
@@ -9,7 +9,7 @@ import {
   DEAD_ROWS_CAP,
   maintainEmbedded,
   MAINTENANCE_INTERVAL_MS,
-} from "../src/db/embedded_maintenance.ts";
+} from "../src/db/embedded/maintenance.ts";
 import {
   connectTestDatabase,
   databaseOf,

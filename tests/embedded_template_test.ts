@@ -1,5 +1,5 @@
 /**
- * The embedded engine's template (src/db/embedded_template.ts): it is what the pinned PGlite's
+ * The embedded engine's template (src/db/embedded/template.ts): it is what the pinned PGlite's
  * initdb makes, a new database is unpacked from it, and nothing that is already there is lost.
  */
 import assert from "node:assert/strict";
@@ -8,8 +8,8 @@ import {
   ensureDatabaseDirectory,
   initdbDirectory,
   TEMPLATE_URL,
-} from "../src/db/embedded_template.ts";
-import { extractTar } from "../src/db/tar.ts";
+} from "../src/db/embedded/template.ts";
+import { extractTar } from "../src/db/embedded/tar.ts";
 import { connectDatabase } from "../src/db/connect.ts";
 
 /**
@@ -58,7 +58,7 @@ Deno.test("template: it is what the pinned PGlite's initdb makes (else: deno tas
     const shipped = await contents(join(dir, "shipped"));
     const fresh = await contents(join(dir, "fresh"));
     const rebuild = "the template is not what this PGlite's initdb makes: " +
-      "run `deno task pglite:initdb` and commit src/db/pglite_initdb.tar.gz";
+      "run `deno task pglite:initdb` and commit src/db/embedded/pglite_initdb.tar.gz";
     assert.deepEqual([...shipped.keys()].sort(), [...fresh.keys()].sort(), rebuild);
     for (const [path, bytes] of fresh) {
       const theirs = shipped.get(path)!;

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import postgres from "postgres";
 import { connectDatabase, type Database } from "../src/db/connect.ts";
-import { DeadlineExceededError, withDeadline } from "../src/deadline.ts";
+import { DeadlineExceededError, withDeadline } from "../src/lib/deadline.ts";
 
 /** The engine in `dataDir`, hosted as the service does, or through the host's socket (the CLI). */
 function openEmbedded(dataDir: string, poolSize: number, host: boolean): Promise<Database> {

@@ -17,7 +17,7 @@ import { BODY_TIMEOUT_MS } from "../src/http/body.ts";
 
 import { createRequestHandler, InFlight } from "../src/http/server.ts";
 import { Router } from "../src/http/router.ts";
-import { Logger } from "../src/log.ts";
+import { Logger } from "../src/observability/log.ts";
 
 const REQ_ID = /^req_[0-9A-HJKMNP-TV-Z]{26}$/;
 

@@ -7,8 +7,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { freshDatabase, runCli, TEST_ENCRYPTION_KEY } from "./helpers/service.ts";
 import { freePort } from "./helpers/local_servers.ts";
-import { serviceEnvironment, servicePermissions } from "../src/permissions.ts";
-import { LAUNCHER_GREETING, launcherGone } from "../src/launcher_pipe.ts";
+import { serviceEnvironment, servicePermissions } from "../src/process/permissions.ts";
+import { LAUNCHER_GREETING, launcherGone } from "../src/process/launcher_pipe.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const MAIN = join(ROOT, "main.ts");

@@ -9,7 +9,7 @@ import {
   stopAndDrop,
   TEST_ENCRYPTION_KEY,
 } from "./helpers/service.ts";
-import { servicePermissions } from "../src/permissions.ts";
+import { servicePermissions } from "../src/process/permissions.ts";
 
 const OTHER_KEY = btoa(String.fromCharCode(...new Uint8Array(32).fill(9)));
 

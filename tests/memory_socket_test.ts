@@ -1,6 +1,6 @@
 /** The in-memory socket pair the embedded engine's own process connects through. */
 import assert from "node:assert/strict";
-import { type MemorySocket, memorySocketPair } from "../src/db/memory_socket.ts";
+import { type MemorySocket, memorySocketPair } from "../src/db/embedded/memory_socket.ts";
 
 function received(socket: MemorySocket): () => string {
   let text = "";

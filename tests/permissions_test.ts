@@ -1,5 +1,5 @@
 /**
- * The service's Deno permissions as computed from its configuration (src/permissions.ts): scoped
+ * The service's Deno permissions as computed from its configuration (src/process/permissions.ts): scoped
  * for every configuration, following DATA_DIR, the files it names, CRYPTO_ENGINE and the CLI's
  * file arguments; and the one list of variables, the table of src/config.ts.
  */
@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { CONFIG_VARIABLES, configVariables, readConfig } from "../src/config.ts";
 import { LIBCRYPTO_PATHS } from "../src/crypto/es256.ts";
-import { TEMPLATE_URL } from "../src/db/embedded_template.ts";
+import { TEMPLATE_URL } from "../src/db/embedded/template.ts";
 import {
   EMBEDDED_MALLOC_TUNABLES,
   EXECUTABLE_PATHS,
@@ -15,7 +15,7 @@ import {
   POSTGRES_CLIENT_VARIABLES,
   serviceEnvironment,
   servicePermissions,
-} from "../src/permissions.ts";
+} from "../src/process/permissions.ts";
 import { readProcFile } from "./helpers/service.ts";
 
 const ROOT = new URL("../", import.meta.url);

@@ -23,7 +23,7 @@ import { StoreaApiClient } from "../src/storea/api_client.ts";
 import { StoreaTokenSigner } from "../src/storea/api_token.ts";
 import { StoreaJwsVerifier } from "../src/storea/jws.ts";
 import { StorebVerifier } from "../src/storeb/verify.ts";
-import { Logger } from "../src/log.ts";
+import { Logger } from "../src/observability/log.ts";
 import type { StoreaCredentials, StorebCredentials } from "../src/db/credentials.ts";
 import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
 import { TEST_ISSUER_ID, writeServiceAccountFile, writeStoreaKeyFile } from "./helpers/fixtures.ts";

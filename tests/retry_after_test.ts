@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseRetryAfterMs } from "../src/retry_after.ts";
+import { parseRetryAfterMs } from "../src/lib/retry_after.ts";
 
 Deno.test("Retry-After: delay-seconds or an HTTP date, nothing else", () => {
   const now = Date.parse("2026-01-01T00:00:00Z");

@@ -1,6 +1,6 @@
 /** Deadlines that share one runtime timer per 25 ms slot. */
 import assert from "node:assert/strict";
-import { afterDeadline, SLOT_MS } from "../src/shared_timers.ts";
+import { afterDeadline, SLOT_MS } from "../src/lib/shared_timers.ts";
 
 function firedAt(ms: number): { cancel: () => void; fired: Promise<number> } {
   let cancel: () => void = () => {};

@@ -1,7 +1,7 @@
 /** Store A normalization of the verify response's `transaction`, and the coalescing primitive. */
 import assert from "node:assert/strict";
 import { normalizeTransaction, priceInMinorUnits } from "../src/storea/transaction.ts";
-import { SingleFlight } from "../src/single_flight.ts";
+import { SingleFlight } from "../src/lib/single_flight.ts";
 
 Deno.test("price goes from milli-units to the currency's smallest unit", () => {
   assert.equal(priceInMinorUnits(9990, "USD"), 999);

@@ -1,5 +1,5 @@
 /**
- * The one stray rejection the service survives (src/stray_rejections.ts), checked in a process of
+ * The one stray rejection the service survives (src/process/stray_rejections.ts), checked in a process of
  * its own: Deno ends a process on an unhandled rejection, which is what the guard must prevent for
  * that rejection and only for it. Then in a real service process, so that `serve` is seen to
  * install the guard: there the rejection is provoked by tests/helpers/stray_rejection_preload.ts.
@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { startService, stopAndDrop } from "./helpers/service.ts";
 
-const MODULE = new URL("../src/stray_rejections.ts", import.meta.url).href;
-const LOG = new URL("../src/log.ts", import.meta.url).href;
+const MODULE = new URL("../src/process/stray_rejections.ts", import.meta.url).href;
+const LOG = new URL("../src/observability/log.ts", import.meta.url).href;
 
 /** Runs a process that installs the guard, then leaves `rejection` unhandled. */
 async function leaveUnhandled(rejection: string) {

@@ -1,7 +1,7 @@
 /** The tar reader and writer behind the embedded engine's template. */
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { extractTar, tarArchive, type TarEntry, TarError } from "../src/db/tar.ts";
+import { extractTar, tarArchive, type TarEntry, TarError } from "../src/db/embedded/tar.ts";
 
 /** `bytes` as a stream of chunks of `size` bytes, as a decompressor would hand them over. */
 function chunked(bytes: Uint8Array, size: number): ReadableStream<Uint8Array> {

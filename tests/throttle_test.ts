@@ -1,6 +1,6 @@
 /** The per-key throttle for log lines a sender can repeat at will. */
 import assert from "node:assert/strict";
-import { Throttle } from "../src/throttle.ts";
+import { Throttle } from "../src/lib/throttle.ts";
 
 /** A throttle whose clock a test moves with `advance`. */
 function throttleOf(intervalMs: number, maxKeys?: number) {

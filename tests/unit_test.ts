@@ -6,8 +6,8 @@ import { RateLimiter } from "../src/auth/rate_limit.ts";
 import { hashApiKey, mintApiKey, parseBearerKey } from "../src/auth/api_key.ts";
 import { Router } from "../src/http/router.ts";
 import { ServiceError } from "../src/errors.ts";
-import { isId, newId, ulidFactory } from "../src/ids.ts";
-import { Logger } from "../src/log.ts";
+import { isId, newId, ulidFactory } from "../src/lib/ids.ts";
+import { Logger } from "../src/observability/log.ts";
 
 Deno.test("config: defaults match the documented ones", () => {
   const config = readConfig({});

@@ -16,7 +16,7 @@ import { storeaSubscriptionsHandler } from "./storea_subscriptions.ts";
 import { storeaHistoryHandler } from "./storea_history.ts";
 import { storeaConsumptionHandler } from "./storea_consumption.ts";
 
-/** Everything the endpoints need, built once by the composition root (src/app.ts). */
+/** Everything the endpoints need, built once by the composition root (src/process/app.ts). */
 export type ApiDeps =
   & HealthDeps
   & StoreaVerifyDeps

@@ -5,11 +5,11 @@
  * once a minute. From the moment the process starts to drain, it is not ready, so that load
  * balancers stop sending it requests while it finishes those in flight.
  */
-import { withDeadline } from "../deadline.ts";
+import { withDeadline } from "../lib/deadline.ts";
 import type { Database } from "../db/connect.ts";
 import { sealedKeyId, type SecretBox } from "../crypto/secrets.ts";
 import { canaryOpens, readEncryptionCanary } from "../db/settings.ts";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../observability/log.ts";
 import type { EncryptionKeyName, ReadinessReport } from "./health.ts";
 
 /** How long `/ready` waits for the database before reporting it failed. */

@@ -5,8 +5,8 @@ import type { RequestContext } from "../http/router.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
 import type { Tenant } from "../db/tenants.ts";
 import type { Receipt, VerifiedNotification } from "../events/ingest.ts";
-import type { Logger } from "../log.ts";
-import { ATTR, recordNotification, withSpan } from "../telemetry.ts";
+import type { Logger } from "../observability/log.ts";
+import { ATTR, recordNotification, withSpan } from "../observability/telemetry.ts";
 
 /** What the receivers need. */
 export interface ReceiverDeps {

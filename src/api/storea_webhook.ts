@@ -10,9 +10,9 @@ import { readValidatedBody, RECEIVER_BODY_LIMIT } from "../http/body.ts";
 import type { Handler } from "../http/router.ts";
 import { type StoreaJwsVerifier, UnseenChainBudgetError } from "../storea/jws.ts";
 import { StaleNotificationError, verifyStoreaNotification } from "../storea/notification.ts";
-import { Throttle } from "../throttle.ts";
+import { Throttle } from "../lib/throttle.ts";
 import { storeaEvent } from "../events/store_events.ts";
-import { isId } from "../ids.ts";
+import { isId } from "../lib/ids.ts";
 import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
 
 /** The body Apple posts; other fields are tolerated for forward compatibility. */

@@ -12,8 +12,8 @@ import type { Handler } from "../http/router.ts";
 import type { PushTokenVerifier } from "../storeb/push_token.ts";
 import { decodeStorebNotification, pushEnvelopeSchema } from "../storeb/notification.ts";
 import { storebEvent } from "../events/store_events.ts";
-import { isId } from "../ids.ts";
-import { Throttle } from "../throttle.ts";
+import { isId } from "../lib/ids.ts";
+import { Throttle } from "../lib/throttle.ts";
 import { receiptResponse, type ReceiverDeps } from "./receiver_common.ts";
 
 /** What the store B receiver needs beyond the common receiver dependencies. */

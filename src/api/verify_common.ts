@@ -11,11 +11,11 @@ import type { RequestContext } from "../http/router.ts";
 import type { Authenticator } from "../auth/authenticator.ts";
 import type { RateLimiter } from "../auth/rate_limit.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
-import type { SingleFlight } from "../single_flight.ts";
+import type { SingleFlight } from "../lib/single_flight.ts";
 import type { ValidationAudit } from "../audit/validation_audit.ts";
 import type { Span } from "@opentelemetry/api";
-import { ATTR, recordVerifyOutcome, withSpan } from "../telemetry.ts";
-import type { Logger } from "../log.ts";
+import { ATTR, recordVerifyOutcome, withSpan } from "../observability/telemetry.ts";
+import type { Logger } from "../observability/log.ts";
 
 /**
  * A request field that becomes a path segment of the store's URL: `min` to `max` characters of

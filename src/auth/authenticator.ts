@@ -11,7 +11,7 @@
 import { ServiceError } from "../errors.ts";
 import { findKeyOwners, type KeyOwner, recordKeyUse } from "../db/api_keys.ts";
 import type { Sql } from "../db/connect.ts";
-import { LookupCache } from "../cache.ts";
+import { LookupCache } from "../lib/cache.ts";
 import { hashApiKey, parseBearerKey } from "./api_key.ts";
 
 /** Below one second, leaving room for the lookup itself: a revoked key is refused within 1 s. */

@@ -3,7 +3,7 @@
  * `RATE_LIMIT_PER_SECOND`, capacity `RATE_LIMIT_BURST`, per process.
  */
 import { rateLimited } from "../errors.ts";
-import { TokenBucket, type TokenBucketOptions } from "../token_bucket.ts";
+import { TokenBucket, type TokenBucketOptions } from "../lib/token_bucket.ts";
 
 /** Options of {@linkcode RateLimiter}. */
 export type RateLimiterOptions = TokenBucketOptions;

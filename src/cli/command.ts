@@ -4,7 +4,7 @@
  * @module
  */
 import type { Config } from "../config.ts";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../observability/log.ts";
 import type { Database } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
 import { RelayError } from "../errors.ts";

@@ -6,11 +6,11 @@
  * @module
  */
 import type { Config } from "../config.ts";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../observability/log.ts";
 import { connectDatabase } from "../db/connect.ts";
 import { compareSchema, migrate, type SchemaState } from "../db/migrate.ts";
 import { SecretBox } from "../crypto/secrets.ts";
-import { loadMasterKey } from "../master_key.ts";
+import { loadMasterKey } from "../crypto/master_key.ts";
 import { canaryOpens, ensureEncryptionCanary, readEncryptionCanary } from "../db/settings.ts";
 import { CommandError, type OpenDatabase, type OpenOptions } from "./command.ts";
 

@@ -4,7 +4,7 @@
  */
 import { insertApiKey, listApiKeys, revokeApiKey } from "../db/api_keys.ts";
 import { mintApiKey } from "../auth/api_key.ts";
-import { newId } from "../ids.ts";
+import { newId } from "../lib/ids.ts";
 import { type CliContext, CommandError, type CommandInput, type CommandOutput } from "./command.ts";
 import { mustFindTenant } from "./inputs.ts";
 

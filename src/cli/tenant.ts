@@ -16,7 +16,7 @@ import { rotateWebhookSecret } from "../db/tenants.ts";
 import { describeCredentials } from "../db/credentials.ts";
 import { notifyDispatchers } from "../delivery/queue.ts";
 import { parseDuration } from "../config.ts";
-import { newId } from "../ids.ts";
+import { newId } from "../lib/ids.ts";
 import {
   type CliContext,
   CommandError,

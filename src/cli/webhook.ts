@@ -7,7 +7,7 @@ import { loadDeliveryTarget } from "../db/tenants.ts";
 import { serializePayload } from "../events/payload.ts";
 import { sendDelivery } from "../delivery/sender.ts";
 import { callbackPolicyOf } from "../delivery/callback_policy.ts";
-import { newId } from "../ids.ts";
+import { newId } from "../lib/ids.ts";
 import { type CliContext, CommandError, type CommandInput, type CommandOutput } from "./command.ts";
 import { mustFindTenant, mustHaveCallback } from "./inputs.ts";
 

@@ -57,7 +57,7 @@ const SCALAR_BYTES: Record<EcdsaCurve, number> = { "P-256": 32, "P-384": 48 };
 /**
  * Where OpenSSL 3's libcrypto is installed, as absolute paths: Deno's `--allow-ffi=<path>` grants
  * a path, not a library name (a bare `libcrypto.so.3` is read as a file in the working directory),
- * so the service opens the file itself and src/permissions.ts grants exactly these paths. Linux:
+ * so the service opens the file itself and src/process/permissions.ts grants exactly these paths. Linux:
  * Debian and Ubuntu (also the distroless image), then RHEL, Fedora and SUSE, then Alpine and Arch.
  * macOS: Homebrew's `openssl@3`; macOS's own unversioned libcrypto aborts the process when opened.
  */

@@ -6,7 +6,7 @@
 import postgres from "postgres";
 import net from "node:net";
 import { join, resolve } from "node:path";
-import { type EmbeddedServer, SOCKET_NAME, startEmbeddedServer } from "./embedded.ts";
+import { type EmbeddedServer, SOCKET_NAME, startEmbeddedServer } from "./embedded/server.ts";
 import {
   type DatabasePooler,
   pollInsteadOfListen,
@@ -263,7 +263,7 @@ async function connectEmbedded(options: ConnectOptions): Promise<Database> {
  * the CLI while the service runs, and tests and benchmarks that read what a running service wrote
  * (one connection unless `options` says otherwise). It shares the engine's one session with that
  * process's connections and never names statements: a named statement's first run holds the
- * session between its two halves (see db/embedded.ts).
+ * session between its two halves (see db/embedded/server.ts).
  */
 export function sharedEmbeddedClient(
   dataDir: string,
@@ -286,7 +286,7 @@ type EmbeddedRoute = { engine: EmbeddedServer } | { socketDir: string };
 
 /**
  * The client of an embedded engine. The process that hosts it connects in memory: its connections
- * never cross a Unix socket (see memory_socket.ts for why).
+ * never cross a Unix socket (see db/embedded/memory_socket.ts for why).
  */
 function embeddedClient(
   route: EmbeddedRoute,

@@ -4,7 +4,7 @@
  * that say when either is on. The CLI and the sending processes read it the same way.
  */
 import type { Config } from "../config.ts";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../observability/log.ts";
 
 /** What callbacks may do beyond public https. */
 export interface CallbackPolicy {

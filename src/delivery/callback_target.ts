@@ -12,8 +12,8 @@ import {
   nonGlobalAddressReason,
   parseIpAddress,
 } from "./special_addresses.ts";
-import { untilAborted } from "../abort.ts";
-import { setBounded } from "../cache.ts";
+import { untilAborted } from "../lib/abort.ts";
+import { setBounded } from "../lib/cache.ts";
 
 /**
  * Ports of other protocols (SMTP, IRC, ...), where a POST could be read as commands: refused as

@@ -18,12 +18,12 @@
  *   first attempt").
  * - `stop()` stops claiming and waits for the attempts in flight.
  */
-import { withDeadline } from "../deadline.ts";
-import { setBounded } from "../cache.ts";
+import { withDeadline } from "../lib/deadline.ts";
+import { setBounded } from "../lib/cache.ts";
 import type { Sql } from "../db/connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
-import type { Logger } from "../log.ts";
-import { newId } from "../ids.ts";
+import type { Logger } from "../observability/log.ts";
+import { newId } from "../lib/ids.ts";
 import {
   type AttemptResult,
   type AttemptToRecord,
@@ -43,7 +43,7 @@ import { sendDelivery } from "./sender.ts";
 import type { CallbackPolicy } from "./callback_policy.ts";
 import { CallbackConnections } from "./callback_client.ts";
 import { CheckedAddresses } from "./callback_target.ts";
-import { ATTR, recordDeliveryAttempt, withSpan } from "../telemetry.ts";
+import { ATTR, recordDeliveryAttempt, withSpan } from "../observability/telemetry.ts";
 import type { DeliveryHandOver } from "../events/ingest_batch.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */

@@ -9,9 +9,9 @@ import { checkCallback, type CheckedAddresses, type ResolveHost } from "./callba
 import { type CallbackConnections, postToCallback } from "./callback_client.ts";
 import { signatureHeader } from "./signature.ts";
 import type { AttemptResult } from "./queue.ts";
-import { timeoutSignal } from "../abort.ts";
-import { parseRetryAfterMs } from "../retry_after.ts";
-import { withClientSpan } from "../telemetry.ts";
+import { timeoutSignal } from "../lib/abort.ts";
+import { parseRetryAfterMs } from "../lib/retry_after.ts";
+import { withClientSpan } from "../observability/telemetry.ts";
 
 const encoder = new TextEncoder();
 

@@ -255,7 +255,7 @@ export function nonGlobalAddressReason(address: string): string | null {
 /**
  * The cloud providers' instance metadata services, which hand out the machine's credentials to
  * whoever asks from it: never a callback, even where private networks are allowed. The Deno
- * permissions deny them too (src/permissions.ts), and the systemd unit denies link-local.
+ * permissions deny them too (src/process/permissions.ts), and the systemd unit denies link-local.
  */
 export const CLOUD_METADATA_ADDRESSES: readonly string[] = [
   "169.254.169.254", // AWS, Google Cloud, Azure, Oracle, DigitalOcean, OpenStack

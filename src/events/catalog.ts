@@ -3,7 +3,7 @@
  * `platformEvent` and a `subject`. The two tables below are the whole mapping; `docs/events.md`
  * documents them row by row.
  */
-import { objectOrNull } from "../json.ts";
+import { objectOrNull } from "../lib/json.ts";
 
 /** What a delivery says about the notification behind it (docs/deliveries.md, "A delivery"). */
 export interface CatalogEntry {

@@ -7,7 +7,7 @@ import type postgres from "postgres";
 import { createHash } from "node:crypto";
 import type { Sql } from "../db/connect.ts";
 import { routedCallbackUrl } from "../db/tenants.ts";
-import { newId } from "../ids.ts";
+import { newId } from "../lib/ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
 import { eventFilterMatch } from "./filter.ts";
 import { serializePayload } from "./payload.ts";

@@ -9,7 +9,7 @@
 import type { TenantCredentials } from "../db/credentials.ts";
 import { ServiceError } from "../errors.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";
-import { objectOrEmpty } from "../json.ts";
+import { objectOrEmpty } from "../lib/json.ts";
 import { type DeliveryPayload, serializePayload } from "./payload.ts";
 import { storebPurchaseOf } from "./store_events.ts";
 

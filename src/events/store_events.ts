@@ -8,7 +8,7 @@
 import type { VerifiedStoreaNotification } from "../storea/notification.ts";
 import { normalizeTransaction } from "../storea/transaction.ts";
 import { normalizeRenewal } from "../storea/renewal.ts";
-import { objectOrEmpty } from "../json.ts";
+import { objectOrEmpty } from "../lib/json.ts";
 import { classifyStorea, classifyStoreb } from "./catalog.ts";
 import type { VerifiedNotification } from "./ingest.ts";
 

@@ -4,9 +4,9 @@
  */
 import type { z } from "zod";
 import { invalidRequest } from "../errors.ts";
-import { decodeUtf8Strict, MAX_JSON_DEPTH, nestsDeeperThan } from "../json.ts";
-import { readStreamPrefix } from "../streams.ts";
-import { DeadlineExceededError, withDeadline } from "../deadline.ts";
+import { decodeUtf8Strict, MAX_JSON_DEPTH, nestsDeeperThan } from "../lib/json.ts";
+import { readStreamPrefix } from "../lib/streams.ts";
+import { DeadlineExceededError, withDeadline } from "../lib/deadline.ts";
 
 /** Verify endpoints accept at most 16 KB (docs/integration.md, "Limits"). */
 export const VERIFY_BODY_LIMIT = 16 * 1024;
@@ -17,7 +17,7 @@ export const RECEIVER_BODY_LIMIT = 1024 * 1024;
  * How long a request's body may take to arrive, whole. A client that stops sending would otherwise
  * hold its request until the request's deadline, which answers 500: a store sends a notification
  * of a few KB at once, a tenant's verify body is at most 16 KB, and the 1 MB a receiver takes needs
- * about 210 KB/s. Shorter than the request's deadline (`requestDeadlineMs` in app.ts: 5 s and three
+ * about 210 KB/s. Shorter than the request's deadline (`requestDeadlineMs` in process/app.ts: 5 s and three
  * upstream timeouts) by more than what a route does before it reads the body (a store B push
  * token's key fetch, bounded by one upstream timeout).
  */

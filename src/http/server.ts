@@ -3,11 +3,11 @@
  * and 5xx, the common headers, and one `http_request` log line per request.
  */
 import { ServiceError } from "../errors.ts";
-import { withDeadline } from "../deadline.ts";
-import { newId } from "../ids.ts";
-import type { Logger } from "../log.ts";
+import { withDeadline } from "../lib/deadline.ts";
+import { newId } from "../lib/ids.ts";
+import type { Logger } from "../observability/log.ts";
 import type { RequestContext, RouteMatch, Router } from "./router.ts";
-import { recordRequest, tagRequestSpan, tagRequestTenant } from "../telemetry.ts";
+import { recordRequest, tagRequestSpan, tagRequestTenant } from "../observability/telemetry.ts";
 
 const JSON_TYPE = "application/json; charset=utf-8";
 

@@ -20,12 +20,12 @@
 import type { Sql } from "../db/connect.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
 import { errorCode, RelayError, ServiceError } from "../errors.ts";
-import type { Logger } from "../log.ts";
-import { ulidFactory } from "../ids.ts";
+import type { Logger } from "../observability/log.ts";
+import { ulidFactory } from "../lib/ids.ts";
 import type { NotificationSendAttempt, StoreaApiClient } from "../storea/api_client.ts";
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";
-import { recordStoreSendFailures } from "../telemetry.ts";
+import { recordStoreSendFailures } from "../observability/telemetry.ts";
 import {
   type Checkpoint,
   claimCheckpoint,

@@ -8,9 +8,9 @@
  * are collected for the caller to report.
  */
 import { ServiceError } from "../errors.ts";
-import { timeoutSignal } from "../abort.ts";
+import { timeoutSignal } from "../lib/abort.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
-import type { Logger } from "../log.ts";
+import type { Logger } from "../observability/log.ts";
 import {
   getNotificationHistory,
   type NotificationSendAttempt,
@@ -20,7 +20,7 @@ import {
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import { verifyStoreaNotification } from "../storea/notification.ts";
 import { storeaEvent } from "../events/store_events.ts";
-import { recordNotification } from "../telemetry.ts";
+import { recordNotification } from "../observability/telemetry.ts";
 import {
   PageTokenRefused,
   type RecoveryIngest,

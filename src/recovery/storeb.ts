@@ -9,14 +9,14 @@
  */
 import type { Sql } from "../db/connect.ts";
 import type { StorebCredentials } from "../db/credentials.ts";
-import type { Logger } from "../log.ts";
-import { objectOrEmpty, objectOrNull } from "../json.ts";
+import type { Logger } from "../observability/log.ts";
+import { objectOrEmpty, objectOrNull } from "../lib/json.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";
 import { upstreamFailure } from "../storeb/lookup.ts";
 import { googleApiError, parseJsonBody } from "../storeb/upstream.ts";
 import { storebEvent, voidedPurchaseKey } from "../events/store_events.ts";
 import { sha256Hex } from "../events/ingest.ts";
-import { recordNotification } from "../telemetry.ts";
+import { recordNotification } from "../observability/telemetry.ts";
 import {
   PageTokenRefused,
   type RecoveryIngest,

@@ -8,7 +8,7 @@
 /** A cron expression (UTC), or an interval for schedules finer than a minute. */
 export type PruneSchedule = string | { everyMs: number };
 
-/** A scheduled prune, or the embedded engine's vacuum (src/app.ts). */
+/** A scheduled prune, or the embedded engine's vacuum (src/process/app.ts). */
 export class PruneJob {
   #name: string;
   #schedule: PruneSchedule;

@@ -14,8 +14,8 @@ import {
 } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
-import { objectOrNull } from "../json.ts";
-import { ATTR, withSpan } from "../telemetry.ts";
+import { objectOrNull } from "../lib/json.ts";
+import { ATTR, withSpan } from "../observability/telemetry.ts";
 
 /** The two App Store environments, lower-case as in the verify API. */
 export type StoreaEnvironmentName = "production" | "sandbox";

@@ -25,7 +25,7 @@
  * A JWS whose signature fails caches nothing: anyone can put a genuine chain under garbage.
  */
 import { createHash } from "node:crypto";
-import { decodeUtf8Strict, isJsonObject } from "../json.ts";
+import { decodeUtf8Strict, isJsonObject } from "../lib/json.ts";
 import {
   type EcdsaVerifyingKey,
   type Es256Engine,
@@ -41,9 +41,9 @@ import {
   sameBytes,
 } from "../crypto/x509.ts";
 import { RelayError } from "../errors.ts";
-import { recordCacheLookup } from "../telemetry.ts";
-import { setBounded } from "../cache.ts";
-import { TokenBucket } from "../token_bucket.ts";
+import { recordCacheLookup } from "../observability/telemetry.ts";
+import { setBounded } from "../lib/cache.ts";
+import { TokenBucket } from "../lib/token_bucket.ts";
 
 /** SHA-256 of Apple Root CA - G3, the built-in trust anchor. */
 export const APPLE_ROOT_CA_G3_SHA256 =

@@ -4,7 +4,7 @@
  * a JWS read from the App Store is trusted only once it verifies.
  */
 import { ServiceError } from "../errors.ts";
-import { timeoutSignal } from "../abort.ts";
+import { timeoutSignal } from "../lib/abort.ts";
 import type { StoreaCredentials, StoreaEnvironment } from "../db/credentials.ts";
 import type { StoreaAnswer, StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";

@@ -6,7 +6,7 @@
  */
 import { invalidRequest, rateLimited, ServiceError } from "../errors.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
-import { MAX_JSON_DEPTH, nestsDeeperThan, objectOrEmpty } from "../json.ts";
+import { MAX_JSON_DEPTH, nestsDeeperThan, objectOrEmpty } from "../lib/json.ts";
 import {
   JwsInvalidError,
   type JwsVerifyOptions,

@@ -5,7 +5,7 @@
  * transaction of each subscription group.
  */
 import type { StoreaCredentials } from "../db/credentials.ts";
-import { isJsonObject } from "../json.ts";
+import { isJsonObject } from "../lib/json.ts";
 import type { StoreaEnvironmentName } from "./api_client.ts";
 import {
   askEnvironments,

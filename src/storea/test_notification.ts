@@ -5,8 +5,8 @@
  * read, retried like any other (docs/architecture.md, "Retrying store A calls").
  */
 import { ServiceError } from "../errors.ts";
-import { timeoutSignal } from "../abort.ts";
-import { isJsonObject } from "../json.ts";
+import { timeoutSignal } from "../lib/abort.ts";
+import { isJsonObject } from "../lib/json.ts";
 import type { StoreaCredentials } from "../db/credentials.ts";
 import type { StoreaAnswer, StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { malformedAnswer } from "./lookup.ts";

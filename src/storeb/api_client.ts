@@ -7,7 +7,7 @@
  * certainly did nothing. Whether a write whose answer was lost took effect is the caller's
  * question (docs/architecture.md, "Retrying store B calls").
  */
-import { timeoutSignal } from "../abort.ts";
+import { timeoutSignal } from "../lib/abort.ts";
 import type { AccessTokenSource, ServiceAccount } from "./oauth.ts";
 import {
   googleApiError,
@@ -16,7 +16,7 @@ import {
   type UpstreamResponse,
   UpstreamUnreachable,
 } from "./upstream.ts";
-import { ATTR, withSpan } from "../telemetry.ts";
+import { ATTR, withSpan } from "../observability/telemetry.ts";
 
 /** The default deadline of one lookup, retries and token requests included. */
 export const DEFAULT_TIMEOUT_MS = 10_000;

@@ -15,8 +15,8 @@ import {
   type SubscriptionPurchase,
 } from "./purchase.ts";
 import { googleApiError, parseJsonBody, type UpstreamResponse } from "./upstream.ts";
-import { objectOrEmpty } from "../json.ts";
-import { parseRetryAfterMs } from "../retry_after.ts";
+import { objectOrEmpty } from "../lib/json.ts";
+import { parseRetryAfterMs } from "../lib/retry_after.ts";
 
 /** Which purchase, as a verify request names it. */
 export interface PurchaseRef {

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { invalidRequest } from "../errors.ts";
-import { decodeUtf8Strict, isJsonObject, MAX_JSON_DEPTH, nestsDeeperThan } from "../json.ts";
+import { decodeUtf8Strict, isJsonObject, MAX_JSON_DEPTH, nestsDeeperThan } from "../lib/json.ts";
 
 /**
  * The push envelope. Unknown fields are kept (Pub/Sub adds some over time, e.g.

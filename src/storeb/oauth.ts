@@ -9,9 +9,9 @@
  */
 import { createHash } from "node:crypto";
 import { importPKCS8, SignJWT } from "jose";
-import { timeoutSignal, untilAborted } from "../abort.ts";
+import { timeoutSignal, untilAborted } from "../lib/abort.ts";
 import { googleApiError, parseJsonBody, requestUpstream, UpstreamUnreachable } from "./upstream.ts";
-import { objectOrEmpty } from "../json.ts";
+import { objectOrEmpty } from "../lib/json.ts";
 import { RelayError } from "../errors.ts";
 
 /** The only scope the service asks for. */

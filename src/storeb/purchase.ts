@@ -11,7 +11,7 @@
  */
 import type { ServiceError } from "../errors.ts";
 import { googleApiError } from "./upstream.ts";
-import { objectOrEmpty } from "../json.ts";
+import { objectOrEmpty } from "../lib/json.ts";
 
 /** The `purchase` of a subscription verify response. */
 export interface SubscriptionPurchase {

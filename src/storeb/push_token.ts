@@ -32,8 +32,8 @@
  */
 import { decodeJwt, decodeProtectedHeader, errors, importJWK, type JWK, jwtVerify } from "jose";
 import { ServiceError } from "../errors.ts";
-import { readStreamPrefix } from "../streams.ts";
-import { recordCacheLookup } from "../telemetry.ts";
+import { readStreamPrefix } from "../lib/streams.ts";
+import { recordCacheLookup } from "../observability/telemetry.ts";
 
 /** How a {@linkcode PushTokenVerifier} finds Google's keys and judges time. */
 export interface PushTokenVerifierOptions {

@@ -3,7 +3,7 @@
  * API keys (`service_live_...`) on a verify endpoint, and thousands of random well-formed tenant
  * ids in a receiver's URL. Every one is refused as unknown, real callers keep being served
  * throughout, and the database sees a bounded number of queries: unknown identifiers are looked
- * up in shared batches (src/cache.ts), not one query each. So does a flood of `/ready` probes,
+ * up in shared batches (src/lib/cache.ts), not one query each. So does a flood of `/ready` probes,
  * which need no key: they share one database check at a time (src/api/readiness.ts).
  *
  * The database's load is read from PostgreSQL's own count of transactions in the test database

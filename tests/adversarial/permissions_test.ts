@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { dirname, join } from "node:path";
 import { LIBCRYPTO_PATHS } from "../../src/crypto/es256.ts";
-import { servicePermissions } from "../../src/permissions.ts";
+import { servicePermissions } from "../../src/process/permissions.ts";
 import {
   ENGINE,
   freshDatabase,

@@ -20,7 +20,7 @@ const PADDING_CHARS = 120_000;
  * each) and 1 to 2 ms of CPU per request on PostgreSQL; checking and caching every presented
  * chain cost about 160 MB and 9 ms per request.
  *
- * The service on the embedded engine runs V8 with a 2 MB young generation (src/permissions.ts),
+ * The service on the embedded engine runs V8 with a 2 MB young generation (src/process/permissions.ts),
  * in which each 0.5 MB body costs several times the garbage collection: 6.5 to 9.4 ms per request
  * on a machine where PostgreSQL's run took 1.8 to 2.2 ms. The code that refuses them is the same
  * on both engines, so PostgreSQL's run holds the CPU bound that tells a chain check from none;

@@ -1,11 +1,11 @@
 /**
  * Test harness: fresh databases (PostgreSQL when `TEST_DATABASE_URL` is set, otherwise the
  * embedded engine) and real service processes started with `deno run main.ts`, with the
- * permissions their configuration gives (src/permissions.ts), as `deno task start` does.
+ * permissions their configuration gives (src/process/permissions.ts), as `deno task start` does.
  */
 import postgres from "postgres";
 import { join } from "node:path";
-import { serviceEnvironment, servicePermissions } from "../../src/permissions.ts";
+import { serviceEnvironment, servicePermissions } from "../../src/process/permissions.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { connectDatabase, type Database, sharedEmbeddedClient } from "../../src/db/connect.ts";
 
@@ -114,7 +114,7 @@ function embeddedTemplate(): Promise<string> {
     // Keyed by what makes a migrated database: the migrations, and the engine's own first data
     // directory (a template left by another version in TMPDIR is not reused).
     const migrations = [...Deno.readDirSync(join(ROOT, "migrations"))].map((e) => e.name).sort();
-    let hash = Deno.statSync(join(ROOT, "src/db/pglite_initdb.tar.gz")).size;
+    let hash = Deno.statSync(join(ROOT, "src/db/embedded/pglite_initdb.tar.gz")).size;
     for (const name of migrations) {
       for (const c of Deno.readTextFileSync(join(ROOT, "migrations", name)) + name) {
         hash = (hash * 31 + c.charCodeAt(0)) >>> 0;

@@ -3,7 +3,7 @@
  * `deno run --preload tests/helpers/stray_rejection_preload.ts`. Never part of what the service
  * runs outside tests: it is only ever loaded by that flag, which no launcher of the service passes.
  *
- * - SIGUSR2: the stray rejection `serve` must survive (src/stray_rejections.ts), made for real: a
+ * - SIGUSR2: the stray rejection `serve` must survive (src/process/stray_rejections.ts), made for real: a
  *   write on a `node:net` socket after the peer's end, whose outcome a promise nobody holds
  *   carries, as npm:postgres's queued write does when PostgreSQL closes its connection. The
  *   reason is node:net's own error, not a copy of its message.

@@ -5,7 +5,7 @@
  * leave the directory, a damaged header) is refused.
  */
 import { dirname, join } from "node:path";
-import { RelayError } from "../errors.ts";
+import { RelayError } from "../../errors.ts";
 
 /** One member of an archive. */
 export interface TarEntry {

@@ -1,6 +1,6 @@
 /** Deadlines on work that may never settle (a database that accepts but never answers). */
 import { afterDeadline } from "./shared_timers.ts";
-import { RelayError } from "./errors.ts";
+import { RelayError } from "../errors.ts";
 
 /** Work that did not settle within its deadline. */
 export class DeadlineExceededError extends RelayError {
@@ -11,7 +11,7 @@ export class DeadlineExceededError extends RelayError {
 
 /**
  * `work`, or a {@linkcode DeadlineExceededError} once `ms` have passed (up to 25 ms later: the
- * deadline is a shared one, src/shared_timers.ts). The work itself runs on (a promise cannot be
+ * deadline is a shared one, src/lib/shared_timers.ts). The work itself runs on (a promise cannot be
  * cancelled); its later rejection is handled here, never unhandled.
  */
 export function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {

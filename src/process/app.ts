@@ -1,50 +1,50 @@
 /**
  * The composition root: builds the service from its configuration (the database, the store
  * verifiers, the dispatcher, the routes) and returns it ready to serve, with one ordered
- * teardown. Process concerns (signals, the listening socket, exit codes) are src/serve.ts's.
+ * teardown. Process concerns (signals, the listening socket, exit codes) are src/process/serve.ts's.
  *
  * Boot order: database (bounded wait) -> migrations -> encryption canary -> the rest. Any failure
  * stops the boot; what was already started is torn down, newest first.
  */
-import { type Config, ConfigError } from "./config.ts";
-import type { Logger } from "./log.ts";
-import { connectDatabase, type Database } from "./db/connect.ts";
-import { migrate } from "./db/migrate.ts";
-import { NOTIFY_POLL_INTERVAL_MS } from "./db/pooler.ts";
-import { SecretBox } from "./crypto/secrets.ts";
-import { auditHashKey, ensureEncryptionCanary } from "./db/settings.ts";
-import { loadCredentials, tenantsWithoutPushServiceAccount } from "./db/credentials.ts";
-import { findTenants } from "./db/tenants.ts";
-import { loadMasterKey } from "./master_key.ts";
-import { Authenticator } from "./auth/authenticator.ts";
-import { RateLimiter } from "./auth/rate_limit.ts";
-import { Router } from "./http/router.ts";
-import { createRequestHandler, InFlight } from "./http/server.ts";
-import { apiRoutes } from "./api/mod.ts";
-import { Readiness } from "./api/readiness.ts";
-import { loadEach, LookupCache } from "./cache.ts";
-import { type Es256Engine, selectEs256Engine } from "./crypto/es256.ts";
-import { readRootCertificates, StoreaJwsVerifier } from "./storea/jws.ts";
-import { StoreaApiClient } from "./storea/api_client.ts";
-import { StoreaTokenSigner } from "./storea/api_token.ts";
-import { StoreaVerifier } from "./storea/verify.ts";
-import { StorebVerifier } from "./storeb/verify.ts";
-import { PushTokenVerifier } from "./storeb/push_token.ts";
-import { SingleFlight } from "./single_flight.ts";
-import { pruneValidationAudit, ValidationAudit } from "./audit/validation_audit.ts";
-import { SubjectHasher } from "./audit/subject_hash.ts";
-import { eventKeyDays, pruneRelayHistory } from "./retention/relay_history.ts";
-import { PruneJob } from "./retention/job.ts";
-import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "./db/embedded_maintenance.ts";
-import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "./events/ingest_batch.ts";
-import { type DeliveryStateSource, Dispatcher } from "./delivery/dispatcher.ts";
-import { StorebStateSource } from "./events/state.ts";
-import { callbackPolicyOf, logCallbackPolicy } from "./delivery/callback_policy.ts";
-import { remoteHostWithoutTls } from "./db/postgres_tls.ts";
-import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "./delivery/queue.ts";
-import { observeBacklog, redactRuntimeUrls } from "./telemetry.ts";
-import { RecoveryJob } from "./recovery/job.ts";
-import { dedupHorizonMs } from "./recovery/window.ts";
+import { type Config, ConfigError } from "../config.ts";
+import type { Logger } from "../observability/log.ts";
+import { connectDatabase, type Database } from "../db/connect.ts";
+import { migrate } from "../db/migrate.ts";
+import { NOTIFY_POLL_INTERVAL_MS } from "../db/pooler.ts";
+import { SecretBox } from "../crypto/secrets.ts";
+import { auditHashKey, ensureEncryptionCanary } from "../db/settings.ts";
+import { loadCredentials, tenantsWithoutPushServiceAccount } from "../db/credentials.ts";
+import { findTenants } from "../db/tenants.ts";
+import { loadMasterKey } from "../crypto/master_key.ts";
+import { Authenticator } from "../auth/authenticator.ts";
+import { RateLimiter } from "../auth/rate_limit.ts";
+import { Router } from "../http/router.ts";
+import { createRequestHandler, InFlight } from "../http/server.ts";
+import { apiRoutes } from "../api/mod.ts";
+import { Readiness } from "../api/readiness.ts";
+import { loadEach, LookupCache } from "../lib/cache.ts";
+import { type Es256Engine, selectEs256Engine } from "../crypto/es256.ts";
+import { readRootCertificates, StoreaJwsVerifier } from "../storea/jws.ts";
+import { StoreaApiClient } from "../storea/api_client.ts";
+import { StoreaTokenSigner } from "../storea/api_token.ts";
+import { StoreaVerifier } from "../storea/verify.ts";
+import { StorebVerifier } from "../storeb/verify.ts";
+import { PushTokenVerifier } from "../storeb/push_token.ts";
+import { SingleFlight } from "../lib/single_flight.ts";
+import { pruneValidationAudit, ValidationAudit } from "../audit/validation_audit.ts";
+import { SubjectHasher } from "../audit/subject_hash.ts";
+import { eventKeyDays, pruneRelayHistory } from "../retention/relay_history.ts";
+import { PruneJob } from "../retention/job.ts";
+import { maintainEmbedded, MAINTENANCE_INTERVAL_MS } from "../db/embedded/maintenance.ts";
+import { EMBEDDED_INGEST_IN_FLIGHT, IngestBatcher } from "../events/ingest_batch.ts";
+import { type DeliveryStateSource, Dispatcher } from "../delivery/dispatcher.ts";
+import { StorebStateSource } from "../events/state.ts";
+import { callbackPolicyOf, logCallbackPolicy } from "../delivery/callback_policy.ts";
+import { remoteHostWithoutTls } from "../db/postgres_tls.ts";
+import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "../delivery/queue.ts";
+import { observeBacklog, redactRuntimeUrls } from "../observability/telemetry.ts";
+import { RecoveryJob } from "../recovery/job.ts";
+import { dedupHorizonMs } from "../recovery/window.ts";
 
 /** Credential and tenant changes reach the verify and receive paths within this time. */
 const CREDENTIALS_TTL_MS = 1_000;
@@ -186,7 +186,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   if (db.engine === "embedded") startEmbeddedMaintenance(db, log, stack);
 
   // Receivers look up the tenant named in the URL, which anyone can make up: a LookupCache
-  // (src/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
+  // (src/lib/cache.ts) keeps unknown ids from evicting real tenants or costing a query each.
   // Activation takes effect within the TTL.
   const tenants = new LookupCache((ids) => findTenants(db.sql, ids), {
     ttlMs: CREDENTIALS_TTL_MS,
@@ -216,7 +216,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
     ingest: (notification) => ingestBatcher.ingest(notification),
     onEnqueued: () => dispatcher.kick(),
   }));
-  // Deno's spans keep the URL path only for the service's own routes (src/telemetry.ts).
+  // Deno's spans keep the URL path only for the service's own routes (src/observability/telemetry.ts).
   redactRuntimeUrls((path) => router.match("GET", path).kind !== "not_found");
   const inFlight = new InFlight();
   const handler = createRequestHandler({
@@ -367,7 +367,7 @@ function startEventRetention(
 }
 
 /**
- * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded_maintenance.ts),
+ * Vacuums and analyzes the embedded engine, which has no autovacuum (src/db/embedded/maintenance.ts),
  * every {@linkcode MAINTENANCE_INTERVAL_MS}.
  */
 function startEmbeddedMaintenance(db: Database, log: Logger, stack: AsyncDisposableStack): void {

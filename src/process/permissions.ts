@@ -5,10 +5,10 @@
  * environment), the compiled executable (scripts/compile.ts bakes in {@linkcode
  * executablePermissions}), the tests, the benchmarks and the demo.
  */
-import { type Config, ConfigError, configVariables, readConfig } from "./config.ts";
-import { LIBCRYPTO_PATHS } from "./crypto/es256.ts";
-import { CLOUD_METADATA_ADDRESSES } from "./delivery/special_addresses.ts";
-import { MIGRATIONS_DIR, TEMPLATE_URL } from "./db/files.ts";
+import { type Config, ConfigError, configVariables, readConfig } from "../config.ts";
+import { LIBCRYPTO_PATHS } from "../crypto/es256.ts";
+import { CLOUD_METADATA_ADDRESSES } from "../delivery/special_addresses.ts";
+import { MIGRATIONS_DIR, TEMPLATE_URL } from "../db/files.ts";
 
 /** Where the compiled executable may read and write: the systemd unit's and the image's paths. */
 export const EXECUTABLE_PATHS = {

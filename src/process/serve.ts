@@ -1,15 +1,15 @@
 /**
- * `purchase-relay serve`: the process around the service (src/app.ts). It listens, and on SIGINT
+ * `purchase-relay serve`: the process around the service (src/process/app.ts). It listens, and on SIGINT
  * or SIGTERM drains: `/ready` answers 503 at once, requests in flight finish (within
  * `SHUTDOWN_TIMEOUT`), the socket closes, then the service is torn down. A boot failure throws;
  * main.ts logs it as `startup_failed` and exits 1.
  */
-import type { Config } from "./config.ts";
-import type { Logger } from "./log.ts";
-import { newId } from "./ids.ts";
-import { internalErrorResponse } from "./http/server.ts";
+import type { Config } from "../config.ts";
+import type { Logger } from "../observability/log.ts";
+import { newId } from "../lib/ids.ts";
+import { internalErrorResponse } from "../http/server.ts";
 import { createApp } from "./app.ts";
-import { describeCallbackRules } from "./delivery/callback_policy.ts";
+import { describeCallbackRules } from "../delivery/callback_policy.ts";
 import { dropStrayWriteAfterEnd } from "./stray_rejections.ts";
 import { launcherGone } from "./launcher_pipe.ts";
 
@@ -25,7 +25,7 @@ export async function serve(config: Config, log: Logger): Promise<void> {
   ];
   for (const [signal, handler] of signals) Deno.addSignalListener(signal, handler);
   // Under scripts/launch.ts its end is a SIGTERM, whatever ended it: a SIGKILL of the launcher
-  // must not leave the service holding the port and DATA_DIR (src/launcher_pipe.ts).
+  // must not leave the service holding the port and DATA_DIR (src/process/launcher_pipe.ts).
   launcherGone().then(() => stopped.resolve({ signal: "SIGTERM", cause: "launcher_exited" }));
   // After the first signal a second one ends the process at once, as the default action does.
   let listening = true;

@@ -4,8 +4,8 @@
  * "Generating a key").
  */
 import { join } from "node:path";
-import { type Config, ConfigError, decodeMasterKey } from "./config.ts";
-import type { Logger } from "./log.ts";
+import { type Config, ConfigError, decodeMasterKey } from "../config.ts";
+import type { Logger } from "../observability/log.ts";
 
 const KEY_FILE = "encryption.key";
 

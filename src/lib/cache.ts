@@ -15,7 +15,7 @@
  * - Concurrent callers of one key share one load; a failed load caches nothing.
  */
 
-import { recordCacheLookup } from "./telemetry.ts";
+import { recordCacheLookup } from "../observability/telemetry.ts";
 
 /**
  * Sets `key` to `value` as the newest entry of `map` (insertion order is age order), then drops the
@@ -57,7 +57,7 @@ export interface LookupCacheOptions {
   batchIntervalMs?: number;
   /** Unknown keys looked up in one batch at most; 1,000 by default. */
   batchLimit?: number;
-  /** The cache's name in the hit and miss counts of telemetry (src/telemetry.ts). */
+  /** The cache's name in the hit and miss counts of telemetry (src/observability/telemetry.ts). */
   name?: string;
 }
 

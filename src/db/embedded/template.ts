@@ -11,7 +11,7 @@
 import { join } from "node:path";
 import { extractTar, tarArchive, type TarEntry } from "./tar.ts";
 
-import { TEMPLATE_URL } from "./files.ts";
+import { TEMPLATE_URL } from "../files.ts";
 
 export { TEMPLATE_URL };
 

@@ -8,7 +8,7 @@
  * The connection's own error still reaches npm:postgres, which fails its queries and reconnects;
  * only this copy is dropped, with a warning. Any other unhandled rejection still ends the process.
  */
-import type { Logger } from "./log.ts";
+import type { Logger } from "../observability/log.ts";
 
 /** The message of the stray rejection; its `code` is `EPIPE`. */
 const WRITE_AFTER_END = "This socket has been ended by the other party";

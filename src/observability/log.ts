@@ -6,7 +6,7 @@
  * hot path. The buffer is flushed at the end of the current macrotask, when it grows past 64 KB,
  * and synchronously for `fatal` lines and on shutdown, so nothing is held back for long.
  */
-import type { LogLevel } from "./config.ts";
+import type { LogLevel } from "../config.ts";
 import { telemetryEnabled, traceFields } from "./telemetry.ts";
 
 /** A level a record can carry; `fatal` always prints. */

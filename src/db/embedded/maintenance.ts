@@ -22,7 +22,7 @@
  * `pg_wal` grew by every byte written since boot (about 28 KB per notification relayed) until the
  * disk was full, and a crash replayed all of it at the next boot.
  */
-import type { Sql } from "./connect.ts";
+import type { Sql } from "../connect.ts";
 
 /** What one run did. */
 export interface EmbeddedMaintenanceRun {

@@ -34,7 +34,7 @@ import net from "node:net";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
 import { type MemorySocket, memorySocketPair } from "./memory_socket.ts";
-import { ensureDatabaseDirectory } from "./embedded_template.ts";
+import { ensureDatabaseDirectory } from "./template.ts";
 
 /** The socket file name PostgreSQL clients expect for port 5432. */
 export const SOCKET_NAME = ".s.PGSQL.5432";
