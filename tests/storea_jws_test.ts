@@ -532,3 +532,24 @@ Deno.test("unseen chains from anyone are refused past the budget, never a verifi
   await rejects(verifier, forgeries[7], /leaf is not signed by the intermediate/);
   await assert.rejects(verifier.verify(forgeries[6]), UnseenChainBudgetError);
 });
+
+Deno.test("a burst of JWS under one unseen chain spends one token of the budget", async () => {
+  // Apple's first notifications after a restart come at once, all under the same new chain: they
+  // are one chain to check, not one each. Before, all but the budget's burst were refused 429.
+  const honest = await signedWith();
+  const verifier = new StoreaJwsVerifier({
+    rootCertificates: [honest.pki.rootDer],
+    engine: "openssl",
+    unseenChainBudget: { perSecond: 0.001, burst: 1, now: () => 0 },
+  });
+  const burst = await Promise.all(
+    Array.from({ length: 20 }, () => honest.signer.signRaw(honest.signer.sampleTransaction())),
+  );
+  const results = await Promise.allSettled(burst.map((jws) => verifier.verify(jws)));
+  assert.deepEqual(results.filter((r) => r.status === "rejected"), []);
+  assert.equal(verifier.unseenChainsRefused, 0);
+  assert.equal(verifier.chainChecks, 1);
+  // The token is spent: another unseen chain waits for the budget.
+  const forged = await forgedJws(honest.pki);
+  await assert.rejects(verifier.verify(forged), UnseenChainBudgetError);
+});

@@ -176,6 +176,12 @@ export class StoreaJwsVerifier {
   #intermediates = new Map<string, Promise<TrustedIntermediate>>();
   /** Chain checks in flight, shared by concurrent JWS whose signatures already verified. */
   #checking = new Map<string, Promise<VerifiedChain>>();
+  /**
+   * Unseen chains whose token is spent and whose first JWS is being verified: the same chain
+   * meanwhile spends none. Bounded by the budget: each entry took a token, and leaves when its
+   * JWS is done.
+   */
+  #admitted = new Set<string>();
   /** Why each refused chain was refused, by digest; insertion order is age order. */
   #refused = new Map<string, string>();
   #chainChecks = 0;
@@ -258,20 +264,28 @@ export class StoreaJwsVerifier {
       await checkSignature(known.leafKey, parts);
       return known;
     }
-    if (from === "anyone") {
+    // One token per unseen chain, not per JWS: a burst under one new chain (the store's first
+    // notifications after a restart, sent at once) waits for the one check in flight.
+    const admitted = from === "anyone" && !this.#admitted.has(digest);
+    if (admitted) {
       const wait = this.#budget.take();
       if (wait > 0) {
         this.#unseenRefused++;
         throw new UnseenChainBudgetError(wait);
       }
+      this.#admitted.add(digest);
     }
-    const leaf = certificateOf(ders[0], "leaf");
-    const leafKey = await this.#leafKeyOf(leaf);
-    // The signature first: a chain is checked, and cached, only for a leaf that just signed.
-    await checkSignature(leafKey, parts);
-    const chain = await this.#checkedChain(digest, ders, leaf, leafKey);
-    setBounded(this.#chainsByDigest, digest, chain, CHAIN_CACHE_LIMIT);
-    return chain;
+    try {
+      const leaf = certificateOf(ders[0], "leaf");
+      const leafKey = await this.#leafKeyOf(leaf);
+      // The signature first: a chain is checked, and cached, only for a leaf that just signed.
+      await checkSignature(leafKey, parts);
+      const chain = await this.#checkedChain(digest, ders, leaf, leafKey);
+      setBounded(this.#chainsByDigest, digest, chain, CHAIN_CACHE_LIMIT);
+      return chain;
+    } finally {
+      if (admitted) this.#admitted.delete(digest);
+    }
   }
 
   async #leafKeyOf(leaf: Certificate): Promise<Es256VerifyingKey> {
