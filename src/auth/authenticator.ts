@@ -12,6 +12,7 @@ import { ServiceError } from "../errors.ts";
 import { findKeyOwners, type KeyOwner, recordKeyUse } from "../db/api_keys.ts";
 import type { Sql } from "../db/connect.ts";
 import { LookupCache } from "../lib/cache.ts";
+import { recordCacheLookup } from "../observability/telemetry.ts";
 import { hashApiKey, parseBearerKey } from "./api_key.ts";
 
 /** Below one second, leaving room for the lookup itself: a revoked key is refused within 1 s. */
@@ -36,7 +37,7 @@ export class Authenticator {
     this.#sql = sql;
     this.#owners = new LookupCache((hashes) => findKeyOwners(sql, hashes), {
       ttlMs: KEY_CACHE_TTL_MS,
-      name: "api_keys",
+      onLookup: (hit) => recordCacheLookup("api_keys", hit),
     });
     this.#onFlushError = options.onFlushError ?? (() => {});
   }

@@ -15,8 +15,6 @@
  * - Concurrent callers of one key share one load; a failed load caches nothing.
  */
 
-import { recordCacheLookup } from "../observability/telemetry.ts";
-
 /**
  * Sets `key` to `value` as the newest entry of `map` (insertion order is age order), then drops the
  * oldest entries past `limit`: the bound on every map here that untrusted input can fill.
@@ -57,8 +55,8 @@ export interface LookupCacheOptions {
   batchIntervalMs?: number;
   /** Unknown keys looked up in one batch at most; 1,000 by default. */
   batchLimit?: number;
-  /** The cache's name in the hit and miss counts of telemetry (src/observability/telemetry.ts). */
-  name?: string;
+  /** Told of every lookup, whether it was answered from the cache (telemetry counts them). */
+  onLookup?: (hit: boolean) => void;
 }
 
 interface FoundEntry<T> {
@@ -83,7 +81,7 @@ export class LookupCache<T> {
   #batchRunning = false;
   #batchTimer: ReturnType<typeof setTimeout> | undefined;
   #lastBatchAt = -Infinity;
-  #name: string;
+  #onLookup: (hit: boolean) => void;
 
   constructor(load: BatchLoader<T>, options: LookupCacheOptions) {
     this.#load = load;
@@ -92,7 +90,7 @@ export class LookupCache<T> {
     this.#absentLimit = options.absentLimit ?? 10_000;
     this.#batchIntervalMs = options.batchIntervalMs ?? 20;
     this.#batchLimit = options.batchLimit ?? 1_000;
-    this.#name = options.name ?? "lookup";
+    this.#onLookup = options.onLookup ?? (() => {});
   }
 
   /** The value of `key`, `null` when absent: from the cache, a shared load, or the next batch. */
@@ -102,15 +100,15 @@ export class LookupCache<T> {
     if (found && found.expiresAt > now) {
       this.#found.delete(key);
       this.#found.set(key, found);
-      recordCacheLookup(this.#name, true);
+      this.#onLookup(true);
       return Promise.resolve(found.value);
     }
     const absentUntil = this.#absent.get(key);
     if (absentUntil !== undefined && absentUntil > now) {
-      recordCacheLookup(this.#name, true);
+      this.#onLookup(true);
       return Promise.resolve(null);
     }
-    recordCacheLookup(this.#name, false);
+    this.#onLookup(false);
     const pending = this.#loading.get(key);
     if (pending) return pending;
 

@@ -42,7 +42,11 @@ import { StorebStateSource } from "../events/state.ts";
 import { callbackPolicyOf, logCallbackPolicy } from "../delivery/callback_policy.ts";
 import { remoteHostWithoutTls } from "../db/postgres_tls.ts";
 import { countBacklog, DELIVERY_QUEUE_CHANNEL } from "../delivery/queue.ts";
-import { observeBacklog, redactRuntimeUrls } from "../observability/telemetry.ts";
+import {
+  observeBacklog,
+  recordCacheLookup,
+  redactRuntimeUrls,
+} from "../observability/telemetry.ts";
 import { RecoveryJob } from "../recovery/job.ts";
 import { dedupHorizonMs } from "../recovery/window.ts";
 
@@ -131,7 +135,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   stack.defer(() => authenticator.stop());
   const credentials = new LookupCache(loadEach((id) => loadCredentials(db.sql, box, id)), {
     ttlMs: CREDENTIALS_TTL_MS,
-    name: "credentials",
+    onLookup: (hit) => recordCacheLookup("credentials", hit),
   });
   const credentialsOf = async (tenantId: string) => (await credentials.get(tenantId))!;
   // One client per store, shared by the API, the deliveries' state and the recovery.
@@ -190,7 +194,7 @@ export async function createApp(config: Config, log: Logger): Promise<App> {
   // Activation takes effect within the TTL.
   const tenants = new LookupCache((ids) => findTenants(db.sql, ids), {
     ttlMs: CREDENTIALS_TTL_MS,
-    name: "tenants",
+    onLookup: (hit) => recordCacheLookup("tenants", hit),
   });
   const router = new Router(apiRoutes({
     version: config.version,
