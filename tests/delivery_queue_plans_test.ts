@@ -15,11 +15,8 @@ import assert from "node:assert/strict";
 import postgres from "postgres";
 import { type AttemptResult, claimDueDeliveries, recordAttempts } from "../src/delivery/queue.ts";
 import { connectTestDatabase, ENGINE, freshDatabase } from "./helpers/service.ts";
-import {
-  type DeliveryHandOver,
-  type HandedOverDelivery,
-  IngestBatcher,
-} from "../src/events/ingest_batch.ts";
+import type { DeliveryHandOver, HandedOverDelivery } from "../src/delivery/hand_over.ts";
+import { IngestBatcher } from "../src/events/ingest_batch.ts";
 import type { VerifiedNotification } from "../src/events/ingest.ts";
 import { connectDatabase, sharedEmbeddedClient } from "../src/db/connect.ts";
 import { migrate } from "../src/db/migrate.ts";

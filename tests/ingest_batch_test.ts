@@ -7,11 +7,8 @@
  */
 import assert from "node:assert/strict";
 import type { Database } from "../src/db/connect.ts";
-import {
-  type DeliveryHandOver,
-  type HandedOverDelivery,
-  IngestBatcher,
-} from "../src/events/ingest_batch.ts";
+import type { DeliveryHandOver, HandedOverDelivery } from "../src/delivery/hand_over.ts";
+import { IngestBatcher } from "../src/events/ingest_batch.ts";
 import type { VerifiedNotification } from "../src/events/ingest.ts";
 import { connectTestDatabase, freshDatabase, type TestDatabase } from "./helpers/service.ts";
 

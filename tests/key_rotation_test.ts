@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { readConfig } from "../src/config.ts";
 import { masterKeyId, sealedKeyId, SecretBox, SecretError } from "../src/crypto/secrets.ts";
 import type { Sql } from "../src/db/connect.ts";
-import { insertTenant, loadDeliveryTarget, rotateWebhookSecret } from "../src/db/tenants.ts";
+import { insertTenant, rotateWebhookSecret } from "../src/db/tenants.ts";
+import { loadDeliveryTarget } from "../src/delivery/targets.ts";
 import {
   loadCredentials,
   saveStoreaCredentials,

@@ -1,15 +1,37 @@
 /**
- * The layering of `src/` (docs/architecture.md, "The napkin"): folders import one way, and the
- * domain never reaches up into the HTTP layer or the routes.
+ * The layering of `src/` (docs/architecture.md, "The napkin"): folders import one way, the domain
+ * never reaches up into the HTTP layer, the routes, the CLI or the composition root, and each kind
+ * of code has one home.
  */
 import assert from "node:assert/strict";
 import { dirname, join, normalize, relative } from "node:path";
 
 const SRC = new URL("../src/", import.meta.url).pathname;
 /** Folders that hold the domain: what a request or a notification passes through. */
-const DOMAIN = ["storea", "storeb", "events", "delivery", "db", "audit", "auth", "crypto"];
-/** What only the composition root, the CLI and the server may import. */
-const UPPER = ["http", "api", "cli"];
+const DOMAIN = [
+  "storea",
+  "storeb",
+  "events",
+  "delivery",
+  "recovery",
+  "retention",
+  "db",
+  "audit",
+  "auth",
+  "crypto",
+];
+/** What only the composition root (`process/`), the CLI and the server may import. */
+const UPPER = ["http", "api", "cli", "process"];
+/**
+ * What each folder of helpers may import, at most: `lib/` holds helpers with no domain words and
+ * imports nothing of the service but its errors; logging and telemetry only the configuration.
+ */
+const ALLOWED: Record<string, string[]> = {
+  lib: ["lib", "errors.ts"],
+  observability: ["observability", "config.ts", "errors.ts"],
+  storea: ["storea", "crypto", "lib", "observability", "errors.ts"],
+  storeb: ["storeb", "lib", "observability", "errors.ts"],
+};
 
 /** Each module of `src/` (relative path) with the modules of `src/` it imports. */
 async function importGraph(): Promise<Map<string, string[]>> {
@@ -35,7 +57,7 @@ function unit(module: string): string {
   return module.includes("/") ? module.split("/")[0] : module;
 }
 
-Deno.test("layers: no domain module imports from the HTTP layer, the routes or the CLI", async () => {
+Deno.test("layers: no domain module imports the HTTP layer, the routes, the CLI or process/", async () => {
   const upward: string[] = [];
   for (const [module, targets] of await importGraph()) {
     if (!DOMAIN.includes(unit(module))) continue;
@@ -44,6 +66,49 @@ Deno.test("layers: no domain module imports from the HTTP layer, the routes or t
     }
   }
   assert.deepEqual(upward, []);
+});
+
+Deno.test("layers: helpers, observability and the stores import only what is below them", async () => {
+  // The stores' credential types live beside each store, so a store client needs nothing of db/.
+  const outside: string[] = [];
+  for (const [module, targets] of await importGraph()) {
+    const allowed = ALLOWED[unit(module)];
+    if (allowed === undefined) continue;
+    for (const target of targets) {
+      if (!allowed.includes(unit(target))) outside.push(`${module} -> ${target}`);
+    }
+  }
+  assert.deepEqual(outside, []);
+});
+
+Deno.test("layers: delivery/ never imports events/, which hands it notifications", async () => {
+  // The hand-over interface and the enqueue statements sit in delivery/, beside the queue.
+  const upstream: string[] = [];
+  for (const [module, targets] of await importGraph()) {
+    if (unit(module) !== "delivery") continue;
+    for (const target of targets) {
+      if (unit(target) === "events") upstream.push(`${module} -> ${target}`);
+    }
+  }
+  assert.deepEqual(upstream, []);
+});
+
+Deno.test("layers: only delivery/ inserts or updates deliveries (retention deletes)", async () => {
+  const elsewhere: string[] = [];
+  for (const module of (await importGraph()).keys()) {
+    if (unit(module) === "delivery") continue;
+    const text = await Deno.readTextFile(join(SRC, module));
+    if (/(INSERT INTO|UPDATE) deliveries\b/.test(text)) elsewhere.push(module);
+  }
+  assert.deepEqual(elsewhere, []);
+});
+
+Deno.test("layers: the top of src/ keeps only the configuration, the errors and the version", async () => {
+  const loose: string[] = [];
+  for await (const entry of Deno.readDir(SRC)) {
+    if (entry.isFile) loose.push(entry.name);
+  }
+  assert.deepEqual(loose.sort(), ["config.ts", "config_parsers.ts", "errors.ts", "version.ts"]);
 });
 
 Deno.test("layers: no import cycle between folders", async () => {

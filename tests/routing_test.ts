@@ -18,7 +18,7 @@ import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pk
 import { StoreaSigner } from "../simulators/storea_signer.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import { matchesEventFilter, parseEventFilter } from "../src/events/filter.ts";
-import { FILTERED_OUT_ERROR } from "../src/events/ingest.ts";
+import { FILTERED_OUT_ERROR } from "../src/delivery/enqueue.ts";
 
 Deno.test("event filter: names and prefix patterns of the catalog, or all", () => {
   assert.equal(parseEventFilter("all"), null);

@@ -22,7 +22,7 @@ import {
   startStorebSimulator,
 } from "../simulators/storeb_play.ts";
 import { StorebVerifier } from "../src/storeb/verify.ts";
-import type { StorebCredentials } from "../src/db/credentials.ts";
+import type { StorebCredentials } from "../src/storeb/credentials.ts";
 import { ServiceError } from "../src/errors.ts";
 
 const PACKAGE = "com.example.app"; // the package storebCredentialArgs configures

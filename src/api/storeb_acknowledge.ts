@@ -3,7 +3,7 @@
  * acknowledges a store B purchase, once, whatever the number of requests.
  */
 import { z } from "zod";
-import type { StorebCredentials } from "../db/credentials.ts";
+import type { StorebCredentials } from "../storeb/credentials.ts";
 import { errorCode } from "../errors.ts";
 import type { Handler } from "../http/router.ts";
 import { jsonResponse } from "../http/server.ts";

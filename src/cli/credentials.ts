@@ -8,8 +8,8 @@ import {
   describeCredentials,
   saveStoreaCredentials,
   saveStorebCredentials,
-  type StoreaEnvironment,
 } from "../db/credentials.ts";
+import { type StoreaEnvironment } from "../storea/credentials.ts";
 import {
   type CliContext,
   CommandError,

@@ -3,7 +3,7 @@
  * the dispatcher would, and reports the answer. Nothing is stored.
  * @module
  */
-import { loadDeliveryTarget } from "../db/tenants.ts";
+import { loadDeliveryTarget } from "../delivery/targets.ts";
 import { serializePayload } from "../events/payload.ts";
 import { sendDelivery } from "../delivery/sender.ts";
 import { callbackPolicyOf } from "../delivery/callback_policy.ts";

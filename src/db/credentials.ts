@@ -1,39 +1,8 @@
 /** Store credentials of a tenant, sealed at rest (docs/security.md, "Secrets at rest"). */
 import type { Sql } from "./connect.ts";
 import type { SecretBox } from "../crypto/secrets.ts";
-
-/** Which store A environment a tenant's transactions are looked up in. */
-export type StoreaEnvironment = "auto" | "production" | "sandbox";
-
-/** Store A (App Store Server API) credentials. */
-export interface StoreaCredentials {
-  bundleId: string;
-  keyId: string;
-  issuerId: string;
-  /** PKCS#8 PEM of the EC P-256 signing key. */
-  privateKeyPem: string;
-  environment: StoreaEnvironment;
-  appId: number | null;
-}
-
-/** Store B (Play Developer API and push) credentials. */
-export interface StorebCredentials {
-  packageName: string;
-  clientEmail: string;
-  /** The service-account JSON file, as text. */
-  serviceAccountJson: string;
-  pushAudience: string;
-  /**
-   * The service account the push subscription authenticates as. Null only for tenants stored by
-   * versions that did not require it: their push notifications are refused until it is set.
-   */
-  pushServiceAccount: string | null;
-}
-
-/** Store B credentials as they are stored now: the push service account is required. */
-export interface NewStorebCredentials extends StorebCredentials {
-  pushServiceAccount: string;
-}
+import type { StoreaCredentials, StoreaEnvironment } from "../storea/credentials.ts";
+import type { NewStorebCredentials, StorebCredentials } from "../storeb/credentials.ts";
 
 /** A tenant's credentials; a store without them is null. */
 export interface TenantCredentials {

@@ -44,7 +44,7 @@ import type { CallbackPolicy } from "./callback_policy.ts";
 import { CallbackConnections } from "./callback_client.ts";
 import { CheckedAddresses } from "./callback_target.ts";
 import { ATTR, recordDeliveryAttempt, withSpan } from "../observability/telemetry.ts";
-import type { DeliveryHandOver } from "../events/ingest_batch.ts";
+import type { DeliveryHandOver } from "./hand_over.ts";
 
 /** The longest wait a callback's `Retry-After` can ask for; beyond it the header is capped. */
 const MAX_RETRY_AFTER_MS = 24 * 3_600_000;

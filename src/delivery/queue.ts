@@ -6,12 +6,7 @@
  */
 import type postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
-import {
-  leasesHeld,
-  type SealedTarget,
-  sealedTargetColumns,
-  sealedTargetOf,
-} from "../db/tenants.ts";
+import { leasesHeld, type SealedTarget, sealedTargetColumns, sealedTargetOf } from "./targets.ts";
 
 /** The channel on which a requeue wakes the dispatchers of every running process. */
 export const DELIVERY_QUEUE_CHANNEL = "purchase_relay_deliveries";

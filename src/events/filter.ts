@@ -1,11 +1,9 @@
 /**
  * A tenant's event filter (docs/configuration.md, "Routing deliveries"): event names and `prefix.*`
  * patterns; an event that matches none is stored but not delivered. Null is no filter: every event
- * is delivered. The receivers' statements match in SQL ({@linkcode eventFilterMatch}) exactly as
- * {@linkcode matchesEventFilter} does here.
+ * is delivered. The receivers' statements match in SQL (`eventFilterMatch`, `delivery/enqueue.ts`)
+ * exactly as {@linkcode matchesEventFilter} does here; change both together.
  */
-import type postgres from "postgres";
-import type { Sql } from "../db/connect.ts";
 import { UNIFIED_EVENTS } from "./catalog.ts";
 
 /** What `tenant set-events --events` takes to clear the filter. */
@@ -37,15 +35,4 @@ export function matchesEventFilter(event: string, filter: readonly string[] | nu
 
 function matches(event: string, pattern: string): boolean {
   return pattern.endsWith(".*") ? event.startsWith(pattern.slice(0, -1)) : event === pattern;
-}
-
-/**
- * Whether the event `event` passes the filter of the tenant aliased `t`: the SQL of
- * {@linkcode matchesEventFilter}.
- */
-export function eventFilterMatch(sql: Sql, event: postgres.Fragment) {
-  return sql`(t.event_filter IS NULL OR EXISTS (
-    SELECT FROM unnest(t.event_filter) AS f(pattern)
-    WHERE f.pattern = ${event}
-       OR (f.pattern LIKE '%.*' AND starts_with(${event}, left(f.pattern, -1)))))`;
 }

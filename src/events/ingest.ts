@@ -1,15 +1,14 @@
 /**
  * Ingest: a verified notification becomes an event and its delivery, committed together in one
- * statement (so one transaction) before the receiver answers 200, so an acknowledged notification
- * is never lost. Deduplication is the database's: `UNIQUE (tenant_id, source, external_id)`.
+ * statement (so one transaction, `delivery/enqueue.ts`) before the receiver answers 200, so an
+ * acknowledged notification is never lost. Deduplication is the database's:
+ * `UNIQUE (tenant_id, source, external_id)`.
  */
-import type postgres from "postgres";
 import { createHash } from "node:crypto";
 import type { Sql } from "../db/connect.ts";
-import { routedCallbackUrl } from "../db/tenants.ts";
+import { type EventRow, insertEvent } from "../delivery/enqueue.ts";
 import { newId } from "../lib/ids.ts";
 import type { CatalogEntry } from "./catalog.ts";
-import { eventFilterMatch } from "./filter.ts";
 import { serializePayload } from "./payload.ts";
 
 /** Where a notification came from: the delivery's `source`. */
@@ -65,42 +64,6 @@ export interface Receipt {
    * attempt").
    */
   handedOver: boolean;
-}
-
-/** Why a delivery was stored as failed at once: there was nowhere to send it. */
-export const NO_CALLBACK_ERROR =
-  "no callback URL was configured when the event arrived; set one, then run deliveries retry";
-
-/** Why a delivery was stored as failed at once: the tenant's event filter leaves its event out. */
-export const FILTERED_OUT_ERROR =
-  "the tenant's event filter did not include this event when it arrived (tenant set-events); " +
-  "deliveries retry sends it anyway";
-
-/**
- * Where a new delivery of the tenant aliased `t` goes, and whether it is wanted, as a lateral
- * subquery `route(url, wanted)`: its routed callback URL (null: nowhere) and whether the
- * tenant's event filter lets `event` through.
- */
-export function deliveryRoute(
-  sql: Sql,
-  row: { event: postgres.Fragment; sandbox: postgres.Fragment },
-) {
-  return sql`CROSS JOIN LATERAL (
-    SELECT ${routedCallbackUrl(sql, row.sandbox)} AS url,
-           ${eventFilterMatch(sql, row.event)} AS wanted
-  ) route`;
-}
-
-/**
- * A new delivery's status, first due time and error, from its `route` ({@linkcode deliveryRoute}):
- * pending when it has somewhere to go and is wanted, else failed at once with the reason.
- */
-export function newDeliveryState(sql: Sql, receivedAt: postgres.Fragment) {
-  return sql`
-    CASE WHEN route.url IS NOT NULL AND route.wanted THEN 'pending' ELSE 'failed' END,
-    CASE WHEN route.url IS NOT NULL AND route.wanted THEN ${receivedAt} END,
-    CASE WHEN route.url IS NULL THEN ${NO_CALLBACK_ERROR}
-         WHEN NOT route.wanted THEN ${FILTERED_OUT_ERROR} END`;
 }
 
 /**
@@ -159,41 +122,36 @@ export function sha256Hex(text: string): string {
   return createHash("sha256").update(text).digest("hex");
 }
 
+/** The row `insertEvent` and `insertEvents` store for a prepared notification. */
+export function eventRowOf(prepared: PreparedIngest): EventRow {
+  const { notification } = prepared;
+  return {
+    eventId: prepared.eventId,
+    deliveryId: prepared.deliveryId,
+    tenantId: notification.tenantId,
+    source: notification.source,
+    dedupKey: dedupKeyOf(notification),
+    event: notification.entry.event,
+    platformEvent: notification.entry.platformEvent,
+    payload: prepared.payload,
+    receivedAt: prepared.receivedAt,
+    sandbox: notification.sandbox === true,
+    needsState: notification.needsState === true,
+    subjectHash: prepared.subjectHash,
+  };
+}
+
 /** Stores one prepared notification on its own (one statement, so one transaction). */
 export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promise<Receipt> {
-  const { eventId, deliveryId, receivedAt, payload, subjectHash } = prepared;
-  const { tenantId, source, externalId, entry } = prepared.notification;
-  const dedupKey = dedupKeyOf(prepared.notification);
-  const sandbox = prepared.notification.sandbox === true;
-  const needsState = prepared.notification.needsState === true;
-  // One statement, so one atomic transaction without a client-side BEGIN: npm:postgres 3.4.9
-  // can send a BEGIN without reserving its connection under load (porsager/postgres#1189).
-  const [stored] = await sql`
-    WITH event AS (
-      INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
-                          received_at, subject_hash)
-      VALUES (${eventId}, ${tenantId}, ${source}, ${dedupKey}, ${entry.event},
-              ${entry.platformEvent}, ${payload}, ${receivedAt}, ${subjectHash})
-      ON CONFLICT (tenant_id, source, external_id) DO NOTHING
-      RETURNING id, tenant_id
-    ), delivery AS (
-      INSERT INTO deliveries (id, event_id, tenant_id, sandbox, state_pending, status,
-                              next_attempt_at, last_error)
-      SELECT ${deliveryId}, event.id, event.tenant_id, ${sandbox},
-             ${needsState} AND t.storeb_state_fetch,
-             ${newDeliveryState(sql, sql`${receivedAt}::timestamptz`)}
-      FROM event JOIN tenants t ON t.id = event.tenant_id
-      ${deliveryRoute(sql, { event: sql`${entry.event}::text`, sandbox: sql`${sandbox}` })}
-      RETURNING status
-    )
-    SELECT (SELECT status FROM delivery) AS status`;
-  if (stored.status !== null) {
-    const enqueued = stored.status === "pending";
+  const { eventId, deliveryId } = prepared;
+  const { tenantId, source, externalId } = prepared.notification;
+  const status = await insertEvent(sql, eventRowOf(prepared));
+  if (status !== null) {
     return {
       eventId,
       externalId,
       isNew: true,
-      enqueuedDelivery: enqueued,
+      enqueuedDelivery: status === "pending",
       deliveryId,
       handedOver: false,
     };
@@ -201,7 +159,8 @@ export async function ingestPrepared(sql: Sql, prepared: PreparedIngest): Promis
   // A duplicate answers with the first receipt's event id and creates nothing.
   const [first] = await sql`
     SELECT id FROM events
-    WHERE tenant_id = ${tenantId} AND source = ${source} AND external_id = ${dedupKey}`;
+    WHERE tenant_id = ${tenantId} AND source = ${source}
+      AND external_id = ${dedupKeyOf(prepared.notification)}`;
   return duplicateReceipt(first.id, externalId);
 }
 

@@ -17,18 +17,13 @@
  */
 import postgres from "postgres";
 import type { Sql } from "../db/connect.ts";
-import {
-  leasesHeld,
-  type SealedTarget,
-  sealedTargetColumns,
-  sealedTargetOf,
-} from "../db/tenants.ts";
+import { insertEvents } from "../delivery/enqueue.ts";
+import type { DeliveryHandOver } from "../delivery/hand_over.ts";
 import {
   dedupKeyOf,
-  deliveryRoute,
   duplicateReceipt,
+  eventRowOf,
   ingestPrepared,
-  newDeliveryState,
   type PreparedIngest,
   prepareIngest,
   type Receipt,
@@ -63,41 +58,6 @@ export const INGEST_BATCH_DEFAULTS: IngestBatchOptions = {
  * two would only wait there, each taking fewer rows.
  */
 export const EMBEDDED_INGEST_IN_FLIGHT = 2;
-
-/** A delivery committed leased to the dispatcher, with what its first attempt needs. */
-export interface HandedOverDelivery {
-  id: string;
-  eventId: string;
-  tenantId: string;
-  event: string;
-  attempts: 0;
-  payload: string;
-  /** Its payload still waits for the store B purchase's state (see `DeliveryStateSource`). */
-  statePending: boolean;
-  receivedAt: Date;
-  /** The tenant's target as the statement read it, its secrets still sealed. */
-  target: SealedTarget;
-}
-
-/**
- * The dispatcher's side of a hand-over. A batch reserves a slot per new delivery it may hand
- * over; the statement leases a delivery only within the tenant's cap, counted as a claim counts
- * it, and only while the tenant's callback is healthy and nothing of the tenant's is waiting;
- * after the commit, each reservation is either started or released.
- */
-export interface DeliveryHandOver {
-  /** The lease's owner, and its length. */
-  readonly owner: string;
-  readonly leaseMs: number;
-  /** The most leases one tenant may hold at once, across every process. */
-  readonly tenantCap: number;
-  /** Reserves a slot for a new delivery of `tenantId`; false when it should be claimed instead. */
-  reserve(tenantId: string): boolean;
-  /** Gives back a reservation whose delivery was not handed over. */
-  release(tenantId: string): void;
-  /** Starts the first attempt of a delivery committed with the lease, using its reservation. */
-  start(delivery: HandedOverDelivery): void;
-}
 
 interface Waiter {
   resolve: (receipt: Receipt) => void;
@@ -256,89 +216,16 @@ export class IngestBatcher {
   ): Promise<Pending[]> {
     const sql = this.#sql;
     const handOver = this.#handOver;
-    const cap = handOver?.tenantCap ?? 0;
-    // One parameter per value (not arrays): a 16 KB payload is not escaped into an array literal.
-    const values = rows.map(({ prepared: p }, ord) => [
-      p.eventId,
-      p.notification.tenantId,
-      p.notification.source,
-      dedupKeyOf(p.notification),
-      p.notification.entry.event,
-      p.notification.entry.platformEvent,
-      p.payload,
-      p.receivedAt.toISOString(),
-      p.deliveryId,
-      String(ord),
-      // 0: not reserved (the values of a VALUES list cannot be null here).
-      String(rankOf[ord] ?? 0),
-      p.notification.sandbox === true ? "1" : "0",
-      p.notification.needsState === true ? "1" : "0",
-      p.subjectHash ?? "",
-    ]);
-    if (sql.options.prepare) {
-      // A client that prepares its statements makes one per VALUES length, each planned afresh at
-      // its first runs: padded to a power of two, a connection keeps nine plans, not 256
-      // (docs/architecture.md, "Group-commit ingest"). Blank rows are skipped by their empty id;
-      // every value stays a string, so the parameter types, part of the statement's name, stay.
-      const blank = ["", "", "", "", "", "", "", BLANK_TIME, "", "0", "0", "0", "0", ""];
-      while (values.length & (values.length - 1)) values.push(blank);
-    }
-    const stored = await sql`
-      WITH input AS (
-        SELECT id, tenant_id, source, external_id, event, platform_event, payload,
-               received_at::timestamptz AS received_at, delivery_id, ord::int AS ord,
-               hand_rank::int AS hand_rank, sandbox = '1' AS sandbox,
-               needs_state = '1' AS needs_state, nullif(subject_hash, '') AS subject_hash
-        FROM (VALUES ${sql(values)}) AS i(id, tenant_id, source, external_id, event,
-                                          platform_event, payload, received_at, delivery_id, ord,
-                                          hand_rank, sandbox, needs_state, subject_hash)
-        WHERE id <> ''
-      ), event AS (
-        INSERT INTO events (id, tenant_id, source, external_id, event, platform_event, payload,
-                            received_at, subject_hash)
-        SELECT id, tenant_id, source, external_id, event, platform_event, payload, received_at,
-               subject_hash
-        FROM input ORDER BY ord
-        ON CONFLICT (tenant_id, source, external_id) DO NOTHING
-        RETURNING id, tenant_id
-      ), delivery AS (
-        INSERT INTO deliveries (id, event_id, tenant_id, sandbox, state_pending, status,
-                                next_attempt_at, last_error, lease_owner, lease_expires_at)
-        SELECT input.delivery_id, event.id, event.tenant_id, input.sandbox,
-               input.needs_state AND t.storeb_state_fetch,
-               ${newDeliveryState(sql, sql`input.received_at`)},
-               CASE WHEN hand.over THEN ${handOver?.owner ?? null}::text END,
-               CASE WHEN hand.over
-                    THEN now() + ${handOver?.leaseMs ?? 0} * interval '1 millisecond' END
-        FROM event JOIN input ON input.id = event.id JOIN tenants t ON t.id = event.tenant_id
-        ${deliveryRoute(sql, { event: sql`input.event`, sandbox: sql`input.sandbox` })}
-        -- The statement's snapshot does not see the rows it inserts: the leases and the waiting
-        -- deliveries counted here are those committed before it (see DeliveryHandOver).
-        CROSS JOIN LATERAL (
-          SELECT input.hand_rank > 0
-             AND t.active AND route.url IS NOT NULL AND route.wanted
-             AND t.delivery_failure_streak = 0
-             AND input.hand_rank + ${leasesHeld(sql, cap)} <= ${cap}
-             -- No delivery of the tenant waits: an ordered probe of the pending index, which stops
-             -- at the first. As NOT EXISTS, statistics taken during a backlog made it a scan of
-             -- the whole table once the backlog had drained
-             -- (docs/architecture.md, "Queue statements and stale statistics").
-             AND (SELECT w.id FROM deliveries w
-                  WHERE w.tenant_id = t.id AND w.status = 'pending'
-                    AND w.next_attempt_at <= now()
-                    AND (w.lease_expires_at IS NULL OR w.lease_expires_at <= now())
-                  ORDER BY w.next_attempt_at
-                  LIMIT 1) IS NULL AS over
-        ) hand
-        RETURNING event_id, tenant_id, sandbox, state_pending, status,
-                  lease_owner IS NOT NULL AS handed
-      )
-      SELECT d.event_id, d.status, d.handed, d.state_pending,
-             ${sealedTargetColumns(sql, sql`d.sandbox`)}
-      FROM delivery d JOIN tenants t ON t.id = d.tenant_id`;
+    const storedOf = await insertEvents(
+      sql,
+      rows.map(({ prepared }) => eventRowOf(prepared)),
+      rankOf.map((rank) => rank ?? 0),
+      handOver === null
+        ? null
+        : { owner: handOver.owner, leaseMs: handOver.leaseMs, cap: handOver.tenantCap },
+    );
     this.batches++;
     this.rows += rows.length;
-    const storedOf = new Map(stored.map((row) => [row.event_id as string, row]));
     const duplicates: Pending[] = [];
     rows.forEach((pending, ord) => {
       const { eventId, deliveryId, notification, payload, receivedAt } = pending.prepared;
@@ -356,9 +243,9 @@ export class IngestBatcher {
           event: notification.entry.event,
           attempts: 0,
           payload,
-          statePending: row.state_pending,
+          statePending: row.statePending,
           receivedAt,
-          target: sealedTargetOf(row),
+          target: row.target,
         });
       }
       receipts.set(pending, {
@@ -408,9 +295,6 @@ export class IngestBatcher {
     }
   }
 }
-
-/** The receipt time of a blank row, which is never stored. */
-const BLANK_TIME = new Date(0).toISOString();
 
 function keyOf(n: { tenantId: string; source: string; dedupKey: string }): string {
   return JSON.stringify([n.tenantId, n.source, n.dedupKey]);

@@ -9,7 +9,7 @@
  */
 import { ServiceError } from "../errors.ts";
 import { timeoutSignal } from "../lib/abort.ts";
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "../storea/credentials.ts";
 import type { Logger } from "../observability/log.ts";
 import {
   getNotificationHistory,

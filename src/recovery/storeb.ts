@@ -8,7 +8,7 @@
  * second, are one event.
  */
 import type { Sql } from "../db/connect.ts";
-import type { StorebCredentials } from "../db/credentials.ts";
+import type { StorebCredentials } from "../storeb/credentials.ts";
 import type { Logger } from "../observability/log.ts";
 import { objectOrEmpty, objectOrNull } from "../lib/json.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";

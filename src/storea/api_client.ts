@@ -12,7 +12,7 @@ import {
   ServiceError,
   UPSTREAM_RETRY_AFTER_DEFAULT_SECONDS,
 } from "../errors.ts";
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaTokenSigner } from "./api_token.ts";
 import { objectOrNull } from "../lib/json.ts";
 import { ATTR, withSpan } from "../observability/telemetry.ts";

@@ -5,7 +5,7 @@
  */
 import { importPKCS8, SignJWT } from "jose";
 import { createHash } from "node:crypto";
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 
 /** Apple refuses tokens that live longer than 60 minutes. */
 const TOKEN_LIFETIME_S = 60 * 60;

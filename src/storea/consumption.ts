@@ -5,7 +5,7 @@
  * twice leaves Apple as sending it once does: it is retried once like a read
  * (docs/architecture.md, "Retrying store A calls").
  */
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaEnvironmentName } from "./api_client.ts";
 import {
   askEnvironments,

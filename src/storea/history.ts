@@ -3,7 +3,7 @@
  * Get Transaction History v2 with the tenant's filters in Apple's own query parameters, every
  * signed transaction verified before anything in it is used.
  */
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaEnvironmentName } from "./api_client.ts";
 import {
   askEnvironments,

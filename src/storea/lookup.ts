@@ -5,7 +5,7 @@
  */
 import { ServiceError } from "../errors.ts";
 import { timeoutSignal } from "../lib/abort.ts";
-import type { StoreaCredentials, StoreaEnvironment } from "../db/credentials.ts";
+import type { StoreaCredentials, StoreaEnvironment } from "./credentials.ts";
 import type { StoreaAnswer, StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { JwsInvalidError, type StoreaJwsVerifier } from "./jws.ts";
 

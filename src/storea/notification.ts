@@ -5,7 +5,7 @@
  * received").
  */
 import { invalidRequest, rateLimited, ServiceError } from "../errors.ts";
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import { MAX_JSON_DEPTH, nestsDeeperThan, objectOrEmpty } from "../lib/json.ts";
 import {
   JwsInvalidError,

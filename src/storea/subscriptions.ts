@@ -4,7 +4,7 @@
  * signed transaction and renewal info verified before anything in it is used, one entry per last
  * transaction of each subscription group.
  */
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import { isJsonObject } from "../lib/json.ts";
 import type { StoreaEnvironmentName } from "./api_client.ts";
 import {

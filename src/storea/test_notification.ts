@@ -7,7 +7,7 @@
 import { ServiceError } from "../errors.ts";
 import { timeoutSignal } from "../lib/abort.ts";
 import { isJsonObject } from "../lib/json.ts";
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaAnswer, StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import { malformedAnswer } from "./lookup.ts";
 

@@ -4,7 +4,7 @@
  * normalizes. The verifier also carries the store gateway's lookups and actions, which share its
  * client, its verifier of Apple's signatures and its deadline.
  */
-import type { StoreaCredentials } from "../db/credentials.ts";
+import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
 import type { StoreaJwsVerifier } from "./jws.ts";
 import { normalizeTransaction, type StoreaTransaction } from "./transaction.ts";

@@ -4,7 +4,7 @@
  * (docs/store_gateway.md, "Store B: acknowledging purchases"), which share its client, its token
  * cache and its parsed service accounts.
  */
-import type { StorebCredentials } from "../db/credentials.ts";
+import type { StorebCredentials } from "./credentials.ts";
 import { AccessTokenSource, parseServiceAccount, type ServiceAccount } from "./oauth.ts";
 import { StorebApiClient, type VoidedPurchasesQuery } from "./api_client.ts";
 import type { UpstreamResponse } from "./upstream.ts";
