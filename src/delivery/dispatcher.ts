@@ -17,6 +17,17 @@
  *   process, its first attempt starts without a claim (docs/architecture.md, "Handing over the
  *   first attempt").
  * - `stop()` stops claiming and waits for the attempts in flight.
+ *
+ * Two named states drive it, each changed in one place:
+ *
+ * - its life ({@linkcode DispatcherLife}): `running` claims, hands over and sets timers;
+ *   `draining` (from `stop()`) claims nothing, refuses hand-overs and sets no timer, but still
+ *   records the attempts that finish; `stopped` once they are recorded, or the grace is over, and
+ *   the kept callback connections are closed. It never goes back.
+ * - its pump ({@linkcode PumpState}): `idle`; `pumping` while one statement at a time records
+ *   finished attempts and claims for the free slots; `pumping-again` when something asked for a
+ *   pump meanwhile (a kick, a finished attempt, a timer), which runs one more cycle rather than a
+ *   second pump beside the first.
  */
 import { withDeadline } from "../lib/deadline.ts";
 import { setBounded } from "../lib/cache.ts";
@@ -65,6 +76,11 @@ const HAND_OVER_HEALTHY_MS = 10_000;
 /** The most tenants whose last good answer is remembered. */
 const HEALTHY_TENANTS_SIZE = 10_000;
 
+/** Where a dispatcher is in its life; see the module's description. */
+export type DispatcherLife = "running" | "draining" | "stopped";
+/** Whether a pump runs, and whether another was asked for meanwhile. */
+export type PumpState = "idle" | "pumping" | "pumping-again";
+
 /** What the dispatcher needs. */
 export interface DispatcherOptions {
   sql: Sql;
@@ -104,17 +120,15 @@ export class Dispatcher {
   /** Callback hosts' addresses that passed the send-time check, reused for 30 s. */
   #checkedAddresses = new CheckedAddresses();
   #leaseMs: number;
+  #life: DispatcherLife = "running";
+  #pumpState: PumpState = "idle";
+  /** Settles once `stop()` has drained it; every call of `stop()` waits for the same drain. */
+  #drained: Promise<void> | undefined;
   #inFlight = new Set<Promise<void>>();
-  /**
-   * The slots taken: an attempt holds one from its start until its record is committed (or it
-   * ends unrecorded), so a crash loses at most the records of `concurrency` attempts.
-   */
-  #slots = new Set<Slot>();
-  #pumping = false;
-  #pumpAgain = false;
-  #stopped = false;
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  #timerAt = Infinity;
+  /** Attempts' slots and receivers' reservations, in all and per tenant. */
+  #slots = new Slots();
+  /** The one timer for the next delivery due within the sweep's period. */
+  #wakeUp = new WakeUpTimer(() => this.#pump());
   /**
    * Opened webhook secrets by sealed value: the claim reads each tenant's target afresh, and a
    * sealed value always opens to the same secret, so only the decryption is kept.
@@ -124,10 +138,6 @@ export class Dispatcher {
   #toRecord: ToRecord[] = [];
   /** When the next due time was last asked of the database. */
   #nextDueCheckedAt = 0;
-  /** Slots reserved by receivers' batches for deliveries they may hand over. */
-  #reserved = 0;
-  /** Attempts in flight and reservations, per tenant. */
-  #perTenant = new Map<string, number>();
   /** When each tenant's callback last answered 2xx, while its last answer was a 2xx. */
   #healthySince = new Map<string, number>();
   /** The last claim filled every free slot: deliveries may be waiting, so none is handed over. */
@@ -147,7 +157,7 @@ export class Dispatcher {
       release: (tenantId) => this.#release(tenantId),
       start: (delivery) => {
         this.#release(delivery.tenantId);
-        if (this.#stopped) {
+        if (this.#life !== "running") {
           // Stopping: give the lease back, so another process sends it without waiting for it.
           releaseClaim(this.#options.sql, delivery.id, this.owner).catch(() => {});
           return;
@@ -161,27 +171,19 @@ export class Dispatcher {
     const { concurrency, tenantConcurrency } = this.#options;
     const healthySince = this.#healthySince.get(tenantId);
     if (
-      this.#stopped || this.#backlogged ||
-      this.#slots.size + this.#reserved >= concurrency ||
+      this.#life !== "running" || this.#backlogged ||
+      this.#slots.taken >= concurrency ||
       healthySince === undefined || Date.now() - healthySince > HAND_OVER_HEALTHY_MS ||
-      (this.#perTenant.get(tenantId) ?? 0) >= tenantConcurrency
+      this.#slots.ofTenant(tenantId) >= tenantConcurrency
     ) {
       return false;
     }
-    this.#reserved++;
-    this.#countTenant(tenantId, 1);
+    this.#slots.reserve(tenantId);
     return true;
   }
 
   #release(tenantId: string): void {
-    this.#reserved--;
-    this.#countTenant(tenantId, -1);
-  }
-
-  #countTenant(tenantId: string, change: number): void {
-    const count = (this.#perTenant.get(tenantId) ?? 0) + change;
-    if (count > 0) this.#perTenant.set(tenantId, count);
-    else this.#perTenant.delete(tenantId);
+    this.#slots.release(tenantId);
   }
 
   /** Remembers whether the tenant's callback just answered 2xx, for {@linkcode #reserve}. */
@@ -193,6 +195,11 @@ export class Dispatcher {
   /** Attempts in flight now. */
   get inFlight(): number {
     return this.#inFlight.size;
+  }
+
+  /** Where the dispatcher is in its life. */
+  get life(): DispatcherLife {
+    return this.#life;
   }
 
   /** A delivery was just committed: claim it (and anything else due) now. */
@@ -210,15 +217,21 @@ export class Dispatcher {
    * `DELIVERY_TIMEOUT` + {@linkcode STOP_GRACE_MS} at most: an attempt still unrecorded then
    * keeps its lease, and is sent again by whichever process claims it when the lease ends.
    */
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    clearTimeout(this.#timer);
+  stop(): Promise<void> {
+    this.#drained ??= this.#drain();
+    return this.#drained;
+  }
+
+  async #drain(): Promise<void> {
+    this.#life = "draining";
+    this.#wakeUp.clear();
     const deadline = Date.now() + this.#options.timeoutMs + STOP_GRACE_MS;
     while (this.#inFlight.size > 0 && Date.now() < deadline) {
       await withDeadline(Promise.allSettled([...this.#inFlight]), deadline - Date.now())
         .catch(() => {});
     }
     this.#connections.close();
+    this.#life = "stopped";
   }
 
   /**
@@ -226,27 +239,31 @@ export class Dispatcher {
    * what finishes, and claims nothing.
    */
   async #pump(): Promise<void> {
-    if (this.#pumping) {
-      this.#pumpAgain = true;
+    if (this.#pumpState !== "idle") {
+      this.#pumpState = "pumping-again";
       return;
     }
-    this.#pumping = true;
     try {
       do {
-        this.#pumpAgain = false;
+        this.#pumpState = "pumping";
         await this.#cycle();
         // An attempt that finishes during this query asks again: its record must not wait.
-        if (!this.#pumpAgain && !this.#stopped) await this.#scheduleNextWakeUp();
-      } while (this.#pumpAgain);
+        if (!this.#askedAgain() && this.#life === "running") await this.#scheduleNextWakeUp();
+      } while (this.#askedAgain());
     } catch (error) {
       // The database may be down; the next sweep or timer tries again.
       this.#options.log.warn("delivery_claim_failed", this.#options.log.errorFields(error));
       this.#wakeAt(Date.now() + 5_000);
     } finally {
-      this.#pumping = false;
+      this.#pumpState = "idle";
     }
     // Attempts that finished while a claim failed are recorded now, each on its own if need be.
     if (this.#toRecord.length > 0) this.#pump();
+  }
+
+  /** Whether a pump was asked for while this one ran a cycle (the state changes under awaits). */
+  #askedAgain(): boolean {
+    return this.#pumpState === "pumping-again";
   }
 
   /**
@@ -258,9 +275,7 @@ export class Dispatcher {
     const { concurrency, tenantConcurrency } = this.#options;
     while (true) {
       const batch = this.#toRecord.splice(0, RECORD_BATCH_ROWS);
-      const free = this.#stopped
-        ? 0
-        : concurrency - this.#slots.size - this.#reserved + batch.length;
+      const free = this.#life !== "running" ? 0 : concurrency - this.#slots.taken + batch.length;
       if (batch.length === 0 && free <= 0) return; // a finishing attempt pumps again
       const claimed = free <= 0
         ? await this.#recordAnd(batch, null)
@@ -312,9 +327,7 @@ export class Dispatcher {
   }
 
   #start(delivery: ClaimedDelivery): void {
-    const slot: Slot = { tenantId: delivery.tenantId };
-    this.#slots.add(slot);
-    this.#countTenant(slot.tenantId, 1);
+    const slot = this.#slots.take(delivery.tenantId);
     // An attempt that outlives its lease (a database call that never answers) gives up its
     // slot: the delivery is claimed again when the lease ends, so the slot must not stay taken.
     const attempt = withDeadline(this.#attempt(delivery, slot), this.#leaseMs).catch((error) => {
@@ -331,7 +344,7 @@ export class Dispatcher {
   }
 
   #freeSlot(slot: Slot): void {
-    if (this.#slots.delete(slot)) this.#countTenant(slot.tenantId, -1);
+    this.#slots.free(slot);
   }
 
   #attempt(delivery: ClaimedDelivery, slot: Slot): Promise<void> {
@@ -499,12 +512,12 @@ export class Dispatcher {
 
   async #scheduleNextWakeUp(): Promise<void> {
     // While every slot is busy, each finishing attempt pumps; a timer would only spin.
-    if (this.#slots.size >= this.#options.concurrency) return;
+    if (this.#slots.busy >= this.#options.concurrency) return;
     // While attempts are in flight, each finishing one pumps again, and this process's own
     // retries set their timers: the query is needed only for other processes' work, so once per
     // NEXT_DUE_INTERVAL_MS is enough, rather than once per finishing attempt.
     const now = Date.now();
-    if (this.#slots.size > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
+    if (this.#slots.busy > 0 && now - this.#nextDueCheckedAt < NEXT_DUE_INTERVAL_MS) return;
     this.#nextDueCheckedAt = now;
     const due = await nextDueAt(this.#options.sql, SWEEP_HORIZON_MS, {
       tenantCap: this.#options.tenantConcurrency,
@@ -512,25 +525,101 @@ export class Dispatcher {
     if (due !== null) this.#wakeAt(due.getTime());
   }
 
-  /** Sets the one timer for `at` unless an earlier one is set (or `at` is past the horizon). */
+  /** Wakes the pump at `at`, while running and within the sweep's period. */
   #wakeAt(at: number): void {
-    if (this.#stopped) return;
-    if (this.#timer !== undefined && this.#timerAt <= at && this.#timerAt > Date.now()) return;
+    if (this.#life !== "running") return;
     if (at > Date.now() + SWEEP_HORIZON_MS) return; // the next sweep schedules it
-    clearTimeout(this.#timer);
-    this.#timerAt = at;
-    // A few ms late rather than early: the database's now() must have passed the due time.
-    this.#timer = setTimeout(() => {
-      this.#timer = undefined;
-      this.#timerAt = Infinity;
-      this.#pump();
-    }, Math.max(0, at - Date.now()) + 20);
+    this.#wakeUp.at(at);
   }
 }
 
 /** A delivery slot, held by one attempt. */
 interface Slot {
   tenantId: string;
+}
+
+/**
+ * The slots taken: an attempt holds one from its start until its record is committed (or it ends
+ * unrecorded), so a crash loses at most the records of `concurrency` attempts. Receivers' batches
+ * reserve slots for deliveries they may hand over; both count against a tenant's cap.
+ */
+class Slots {
+  #held = new Set<Slot>();
+  #reserved = 0;
+  #perTenant = new Map<string, number>();
+
+  /** Slots held by attempts. */
+  get busy(): number {
+    return this.#held.size;
+  }
+
+  /** Slots held or reserved. */
+  get taken(): number {
+    return this.#held.size + this.#reserved;
+  }
+
+  /** Slots held or reserved for `tenantId`. */
+  ofTenant(tenantId: string): number {
+    return this.#perTenant.get(tenantId) ?? 0;
+  }
+
+  take(tenantId: string): Slot {
+    const slot = { tenantId };
+    this.#held.add(slot);
+    this.#count(tenantId, 1);
+    return slot;
+  }
+
+  /** Frees `slot`; freeing it twice frees it once. */
+  free(slot: Slot): void {
+    if (this.#held.delete(slot)) this.#count(slot.tenantId, -1);
+  }
+
+  reserve(tenantId: string): void {
+    this.#reserved++;
+    this.#count(tenantId, 1);
+  }
+
+  release(tenantId: string): void {
+    this.#reserved--;
+    this.#count(tenantId, -1);
+  }
+
+  #count(tenantId: string, change: number): void {
+    const count = (this.#perTenant.get(tenantId) ?? 0) + change;
+    if (count > 0) this.#perTenant.set(tenantId, count);
+    else this.#perTenant.delete(tenantId);
+  }
+}
+
+/** One timer, kept for the earliest time asked for. */
+class WakeUpTimer {
+  #wake: () => void;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #at = Infinity;
+
+  constructor(wake: () => void) {
+    this.#wake = wake;
+  }
+
+  /** Sets the timer for `at`, unless one is set for an earlier time still to come. */
+  at(at: number): void {
+    if (this.#timer !== undefined && this.#at <= at && this.#at > Date.now()) return;
+    clearTimeout(this.#timer);
+    this.#at = at;
+    // A few ms late rather than early: the database's now() must have passed the due time.
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#at = Infinity;
+      this.#wake();
+    }, Math.max(0, at - Date.now()) + 20);
+  }
+
+  clear(): void {
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#at = Infinity;
+  }
 }
 
 /** An attempt waiting to be recorded, the slot it frees, and its caller's answer. */
