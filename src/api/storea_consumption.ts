@@ -86,10 +86,10 @@ export function storeaConsumptionHandler(deps: StoreaVerifyDeps): Handler {
         request: { ...fields, customerConsented: true },
       });
     } catch (error) {
-      await logStoreAction(deps.log, { ...action, outcome: errorCode(error, "INTERNAL_ERROR") });
+      logStoreAction(deps.log, { ...action, outcome: errorCode(error, "INTERNAL_ERROR") });
       throw error;
     }
-    await logStoreAction(deps.log, { ...action, outcome: outcome.valid ? "sent" : outcome.error });
+    logStoreAction(deps.log, { ...action, outcome: outcome.valid ? "sent" : outcome.error });
     if (!outcome.valid) return domainFailureResponse(deps.version, outcome);
     return jsonResponse(200, { valid: true, version: deps.version, transactionId, sent: true });
   };

@@ -104,10 +104,10 @@ export async function runStorebAction<T extends { valid: boolean; error?: string
   try {
     outcome = await deps.flights.run(flightKey, () => spec.run(credentials));
   } catch (error) {
-    await log(errorCode(error, "INTERNAL_ERROR"));
+    log(errorCode(error, "INTERNAL_ERROR"));
     throw error;
   }
-  await log(
+  log(
     outcome.valid ? spec.done(outcome as Extract<T, { valid: true }>) : outcome.error ?? "invalid",
   );
   return outcome;

@@ -58,7 +58,7 @@ export function storebVerifyHandler(deps: StorebVerifyDeps): Handler {
     };
     const { acknowledgement } = outcome;
     if (acknowledge && acknowledgement) {
-      await logStoreAction(deps.log, {
+      logStoreAction(deps.log, {
         reqId: context.reqId,
         tenantId,
         keyId,

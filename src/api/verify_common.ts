@@ -3,6 +3,7 @@
  * (docs/integration.md, "Errors"): API key (401) -> rate limit (429) -> body (400) -> credentials
  * (400).
  */
+import { createHash } from "node:crypto";
 import { z } from "zod";
 import { ServiceError } from "../errors.ts";
 import { readValidatedBody, VERIFY_BODY_LIMIT } from "../http/body.ts";
@@ -196,19 +197,20 @@ export interface StoreAction {
  * asked (tenant and API key id), what, about which product or transaction, and what came of it;
  * a purchase token only as the first 12 hex digits of its SHA-256.
  */
-export async function logStoreAction(log: Logger, action: StoreAction): Promise<void> {
+export function logStoreAction(log: Logger, action: StoreAction): void {
   const { purchaseToken, ...fields } = action;
   log.info("store_action", {
     ...fields,
-    ...(purchaseToken === undefined
-      ? {}
-      : { purchaseTokenSha256: await shortDigest(purchaseToken) }),
+    ...(purchaseToken === undefined ? {} : { purchaseTokenSha256: shortDigest(purchaseToken) }),
   });
 }
 
-async function shortDigest(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return new Uint8Array(digest).toHex().slice(0, 12);
+/**
+ * `node:crypto`'s synchronous hash: WebCrypto's digest took 17–20 µs a call under load against
+ * about 3 µs, a fifth of an acknowledge's CPU in the gateway benchmark.
+ */
+function shortDigest(text: string): string {
+  return createHash("sha256").update(text).digest("hex").slice(0, 12);
 }
 
 /** The HTTP 200 answer of a domain failure (docs/integration.md, "Domain failure (HTTP 200)"). */
