@@ -1,10 +1,12 @@
 /**
- * Every benchmark in one command: `GET /health`, verify for store A and store B, store A JWS
- * verification against Apple's library, the notification relay and the cold start, one after the
- * other in this process (each starts and stops its own servers). It prints each result's tables
- * and a summary, then rewrites the generated tables of `docs/benchmarks.md`: each stands between
- * `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->`, under a line that says when, at what
- * commit, by what command and on what machine it was measured. Nothing else in the page changes.
+ * Every benchmark in one command: `GET /health`, verify for store A and store B (which also
+ * measures the store gateway's endpoints beside verify, each against its bare proxy), store A JWS
+ * verification against Apple's library, forged certificate chains, the notification relay and the
+ * cold start, one after the other in this process (each starts and stops its own servers). It
+ * prints each result's tables and a summary, then rewrites the generated tables of
+ * `docs/benchmarks.md`: each stands between `<!-- bench:NAME:begin -->` and
+ * `<!-- bench:NAME:end -->`, under a line that says when, at what commit, by what command and on
+ * what machine it was measured. Nothing else in the page changes.
  *
  * Run it:
  *
@@ -13,12 +15,12 @@
  *                     [--runs N] [--no-write] [--json] [--keep-temp] [--doc PATH]
  *
  * `--duration` and `--warmup` set the length of every load benchmark's measured and warm-up runs
- * (by default each keeps its own: 10 s and 3 s, the relay 20 s and 5 s); `--runs` the cold start's
- * measured boots of each kind (5). `--only` runs some of the benchmarks. `--no-write` prints the
- * tables without touching the page; `--doc` writes another page. A benchmark that fails is
- * reported and its tables are left as they were; the others still run and are written, and the
- * command exits 1. It needs what the benchmarks need: `wrk`, `taskset` and a PostgreSQL server
- * (`BENCH_DATABASE_URL`).
+ * (by default each keeps its own: 10 s and 3 s, the gateway 4 s and 2 s, the relay 20 s and 5 s);
+ * `--runs` the cold start's measured boots of each kind (5). `--only` runs some of the
+ * benchmarks. `--no-write` prints the tables without touching the page; `--doc` writes another
+ * page. A benchmark that fails is reported and its tables are left as they were; the others still
+ * run and are written, and the command exits 1. It needs what the benchmarks need: `wrk`,
+ * `taskset` and a PostgreSQL server (`BENCH_DATABASE_URL`).
  * @module
  */
 import { parseArgs } from "node:util";
