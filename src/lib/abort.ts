@@ -13,7 +13,7 @@ export interface TimeoutSignal {
  * whose timer can be cleared. `AbortSignal.timeout` keeps its timer, its signal and all that
  * listens on it (a `fetch` and its request) alive until the time is up: with a 10 s upstream
  * deadline and thousands of verifications a second, that held about 150 MB and slowed every garbage
- * collection (docs/benchmarks.md, "Verify (store A / store B)"). The deadline is a shared one
+ * collection (measured in the verify benchmark when this was written). The deadline is a shared one
  * (src/lib/shared_timers.ts): it may fire up to 25 ms late, and until it fires or is cleared it keeps
  * the event loop running, so a deadline always ends the work it bounds.
  */

@@ -3,8 +3,8 @@
  *
  * Nearly every request arms a deadline of seconds (the upstream timeout, the handler's deadline)
  * and clears it a few milliseconds later. A runtime timer each cost about a tenth of the verify
- * routes' throughput in a bare proxy measured alike (docs/benchmarks.md, "Verify (store A / store
- * B)"): arming one is not free, and a cleared timer's bookkeeping outlived the request and was
+ * routes' throughput in a bare proxy measured alike (the verify benchmark, when this was written):
+ * arming one is not free, and a cleared timer's bookkeeping outlived the request and was
  * promoted to the old generation. Here a deadline is an entry in its slot's set, removed the moment
  * it is cancelled; a slot holds one runtime timer, set when its first deadline arrives and cleared
  * when its last one is cancelled, so no timer outlives the work it bounds and an idle process holds
