@@ -10,7 +10,6 @@
 import { ServiceError } from "../errors.ts";
 import { timeoutSignal } from "../lib/abort.ts";
 import type { StoreaCredentials } from "../storea/credentials.ts";
-import type { Logger } from "../observability/log.ts";
 import {
   getNotificationHistory,
   type NotificationSendAttempt,
@@ -20,12 +19,12 @@ import {
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import { verifyStoreaNotification } from "../storea/notification.ts";
 import { storeaEvent } from "../events/store_events.ts";
-import { recordNotification } from "../observability/telemetry.ts";
 import {
   PageTokenRefused,
-  type RecoveryIngest,
+  type RecoveryStoring,
   type RecoveryTally,
   type RecoveryWindow,
+  storeRecovered,
   unstorableColumn,
   type WindowEnd,
 } from "./window.ts";
@@ -34,14 +33,11 @@ import {
 const PAGINATION_TOKEN_REFUSALS = new Set([4000014, 4000017]);
 
 /** What reading store A's history needs. */
-export interface StoreaRecoveryContext extends RecoveryIngest {
+export interface StoreaRecoveryContext extends RecoveryStoring {
   client: StoreaApiClient;
   jws: StoreaJwsVerifier;
   /** One call's deadline, its retry included (`UPSTREAM_TIMEOUT`). */
   timeoutMs: number;
-  log: Logger;
-  /** Who asked, for the log lines: the schedule or the CLI. */
-  via: "schedule" | "cli";
 }
 
 /** A window of one tenant's store A history, in one environment. */
@@ -184,23 +180,5 @@ async function recoverOne(
     refuse("INVALID_REQUEST", unstorable);
     return;
   }
-  const receipt = await context.ingest(event);
-  if (!receipt.isNew) {
-    tally.known++;
-    return;
-  }
-  tally.recovered++;
-  recordNotification(tenantId, "storea", event.entry.event, true);
-  if (receipt.enqueuedDelivery && !receipt.handedOver) context.onEnqueued();
-  context.log.info("notification_recovered", {
-    tenantId,
-    source: "storea",
-    environment,
-    via: context.via,
-    eventId: receipt.eventId,
-    externalId: receipt.externalId,
-    event: event.entry.event,
-    platformEvent: event.entry.platformEvent,
-    enqueuedDelivery: receipt.enqueuedDelivery,
-  });
+  await storeRecovered(context, event, tally, { source: "storea", environment });
 }

@@ -9,19 +9,18 @@
  */
 import type { Sql } from "../db/connect.ts";
 import type { StorebCredentials } from "../storeb/credentials.ts";
-import type { Logger } from "../observability/log.ts";
 import { objectOrEmpty, objectOrNull } from "../lib/json.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";
 import { upstreamFailure } from "../storeb/lookup.ts";
 import { googleApiError, parseJsonBody } from "../storeb/upstream.ts";
 import { storebEvent, voidedPurchaseKey } from "../events/store_events.ts";
 import { sha256Hex } from "../events/ingest.ts";
-import { recordNotification } from "../observability/telemetry.ts";
 import {
   PageTokenRefused,
-  type RecoveryIngest,
+  type RecoveryStoring,
   type RecoveryTally,
   type RecoveryWindow,
+  storeRecovered,
   unstorableColumn,
   type WindowEnd,
 } from "./window.ts";
@@ -32,14 +31,12 @@ export const VOIDED_PAGE_SIZE = 1000;
 const UNACKNOWLEDGED_PURCHASE = 8;
 
 /** What reading store B's voided purchases needs. */
-export interface StorebRecoveryContext extends RecoveryIngest {
+export interface StorebRecoveryContext extends RecoveryStoring {
   storeb: StorebVerifier;
   /** For what earlier events say of a purchase token. */
   sql: Sql;
   /** One call's deadline, retries and the token included (`UPSTREAM_TIMEOUT`). */
   timeoutMs: number;
-  log: Logger;
-  via: "schedule" | "cli";
   /** Voided purchases per page; default {@linkcode VOIDED_PAGE_SIZE} (tests ask for fewer). */
   pageSize?: number;
 }
@@ -156,27 +153,10 @@ async function recoverOne(
     refuse(unstorable);
     return;
   }
-  const receipt = await context.ingest(event);
+  const receipt = await storeRecovered(context, event, tally, { source: "storeb" });
   if (voided.voidedReason === UNACKNOWLEDGED_PURCHASE) {
     unacknowledged.push({ orderId, eventId: receipt.eventId, voidedAt: event.occurredAt });
   }
-  if (!receipt.isNew) {
-    tally.known++;
-    return;
-  }
-  tally.recovered++;
-  recordNotification(tenantId, "storeb", event.entry.event, true);
-  if (receipt.enqueuedDelivery && !receipt.handedOver) context.onEnqueued();
-  context.log.info("notification_recovered", {
-    tenantId,
-    source: "storeb",
-    via: context.via,
-    eventId: receipt.eventId,
-    externalId: receipt.externalId,
-    event: event.entry.event,
-    platformEvent: event.entry.platformEvent,
-    enqueuedDelivery: receipt.enqueuedDelivery,
-  });
 }
 
 /**

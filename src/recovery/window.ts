@@ -5,6 +5,8 @@
  */
 import { RelayError } from "../errors.ts";
 import type { Receipt, VerifiedNotification } from "../events/ingest.ts";
+import type { Logger } from "../observability/log.ts";
+import { recordNotification } from "../observability/telemetry.ts";
 import { eventKeyDays } from "../retention/relay_history.ts";
 
 export const DAY_MS = 86_400_000;
@@ -122,6 +124,45 @@ export interface RecoveryIngest {
   ingest(notification: VerifiedNotification): Promise<Receipt>;
   /** Called after a delivery was committed unclaimed, for the immediate first attempt. */
   onEnqueued(): void;
+}
+
+/** What storing a recovered notification needs: the ingest, the log, and who asked. */
+export interface RecoveryStoring extends RecoveryIngest {
+  log: Logger;
+  /** Who asked, for the log lines: the schedule or the CLI. */
+  via: "schedule" | "cli";
+}
+
+/**
+ * Stores a notification read back from a store as a receiver stores a posted one, counts it as
+ * recovered or known, and logs `notification_recovered` when it was new. `fields` name where it
+ * was read (the source, and store A's environment).
+ */
+export async function storeRecovered(
+  context: RecoveryStoring,
+  event: VerifiedNotification,
+  tally: RecoveryTally,
+  fields: { source: RecoveryStore; environment?: RecoveryEnvironment },
+): Promise<Receipt> {
+  const receipt = await context.ingest(event);
+  if (!receipt.isNew) {
+    tally.known++;
+    return receipt;
+  }
+  tally.recovered++;
+  recordNotification(event.tenantId, fields.source, event.entry.event, true);
+  if (receipt.enqueuedDelivery && !receipt.handedOver) context.onEnqueued();
+  context.log.info("notification_recovered", {
+    tenantId: event.tenantId,
+    ...fields,
+    via: context.via,
+    eventId: receipt.eventId,
+    externalId: receipt.externalId,
+    event: event.entry.event,
+    platformEvent: event.entry.platformEvent,
+    enqueuedDelivery: receipt.enqueuedDelivery,
+  });
+  return receipt;
 }
 
 /** One window of a store's records to read, and how far to read it in this run. */
