@@ -469,8 +469,8 @@ Deno.test("verify_delivery.ts verifies what the receiver recorded", async () => 
   });
 });
 
-Deno.test("the test vectors in docs/integration.md are what the service signs", async () => {
-  const doc = await Deno.readTextFile(new URL("../docs/integration.md", import.meta.url));
+Deno.test("the test vectors in docs/deliveries.md are what the service signs", async () => {
+  const doc = await Deno.readTextFile(new URL("../docs/deliveries.md", import.meta.url));
   const oldSecret = "whsec_hsmCF1j6gqijxkIfFP3N1U-LwwLvcBfuyyy6Hp7tadM";
   const newSecret = "whsec_8rsBpUI49BhTUBQjleaWz-xpZbiHs78FIOnPIK_GpJs";
   const t = 1794694400;
@@ -478,7 +478,7 @@ Deno.test("the test vectors in docs/integration.md are what the service signs", 
   const single = signatureHeader([oldSecret], t, body);
   const rotated = signatureHeader([newSecret, oldSecret], t, body);
   for (const documented of [oldSecret, newSecret, body, single, rotated]) {
-    assert.ok(doc.includes(documented), `docs/integration.md shows ${documented}`);
+    assert.ok(doc.includes(documented), `docs/deliveries.md shows ${documented}`);
   }
   assert.equal(await verifyDelivery(oldSecret, single, body, { nowSeconds: t }), true);
   assert.equal(await verifyDelivery(newSecret, rotated, body, { nowSeconds: t }), true);

@@ -59,7 +59,7 @@ Deno.test("cli table: each synopsis names exactly the command's options", () => 
     }
   }
   const reference = referenceMarkdown(COMMAND_GROUPS);
-  for (const spec of COMMANDS) assert.ok(reference.includes(`#### ${spec.words.join(" ")}\n`));
+  for (const spec of COMMANDS) assert.ok(reference.includes(`### ${spec.words.join(" ")}\n`));
 });
 
 Deno.test("cli args: words resolve to commands, two words before one", () => {

@@ -45,8 +45,12 @@ Deno.test("config: defaults match the documented ones", () => {
   assert.equal(config.upstreamTimeoutMs, 10_000);
   assert.equal(config.deliveryConcurrency, 64);
   assert.equal(config.deliveryTenantConcurrency, 8);
-  assert.equal(config.callbackAllowHttp, true);
-  assert.equal(config.callbackAllowPrivateNetworks, true);
+  // An unset NODE_ENV keeps production's callback rules; development is asked for.
+  assert.equal(config.callbackAllowHttp, false);
+  assert.equal(config.callbackAllowPrivateNetworks, false);
+  const development = readConfig({ NODE_ENV: "development" });
+  assert.equal(development.callbackAllowHttp, true);
+  assert.equal(development.callbackAllowPrivateNetworks, true);
 });
 
 Deno.test("config: production requires a key and refuses insecure callbacks by default", () => {

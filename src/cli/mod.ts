@@ -369,7 +369,7 @@ export const COMMAND_GROUPS: readonly CommandGroup[] = [
       },
       {
         words: ["storea", "test-notification"],
-        summary: "ask the App Store for a test notification and follow it to the tenant",
+        summary: "ask the App Store for a test notification, follow it",
         options: {
           tenant: { value: "ID", summary: "the tenant whose app is tested", required: true },
           environment: {

@@ -87,9 +87,10 @@ Deno.test(`forged chains: past the budget they are refused unchecked (${ENGINE})
         });
       }
     }
-    // The budget's tokens (plus what refilled while the flood ran) were checked; the rest not.
+    // The budget's tokens (less the one Apple's genuine chain took when first seen, plus what
+    // refilled while the flood ran) were checked; the rest not.
     const checked = statuses.filter((status) => status === 401).length;
-    assert.ok(checked >= UNSEEN_CHAIN_BUDGET.burst, `${checked} checked`);
+    assert.ok(checked >= UNSEEN_CHAIN_BUDGET.burst - 1, `${checked} checked`);
     assert.ok(statuses.filter((status) => status === 429).length >= FORGERIES / 3, `${statuses}`);
     // The refusals are said in the log, not once each.
     const lines = service.logs.filter((line) => line.msg === "storea_unseen_chains_refused");
