@@ -9,7 +9,7 @@ import {
   saveStoreaCredentials,
   saveStorebCredentials,
 } from "../db/credentials.ts";
-import { type StoreaEnvironment } from "../storea/credentials.ts";
+import type { StoreaEnvironment } from "../storea/credentials.ts";
 import {
   type CliContext,
   CommandError,

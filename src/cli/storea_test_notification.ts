@@ -11,7 +11,7 @@ import { ConfigError, parseDuration } from "../config.ts";
 import { RelayError, ServiceError } from "../errors.ts";
 import type { Database } from "../db/connect.ts";
 import { loadCredentials } from "../db/credentials.ts";
-import { type StoreaCredentials } from "../storea/credentials.ts";
+import type { StoreaCredentials } from "../storea/credentials.ts";
 import { NO_CALLBACK_ERROR } from "../delivery/enqueue.ts";
 import { selectEs256Engine } from "../crypto/es256.ts";
 import { StoreaApiClient, type StoreaEnvironmentName } from "../storea/api_client.ts";
