@@ -280,9 +280,7 @@ export class StoreaJwsVerifier {
       const leafKey = await this.#leafKeyOf(leaf);
       // The signature first: a chain is checked, and cached, only for a leaf that just signed.
       await checkSignature(leafKey, parts);
-      const chain = await this.#checkedChain(digest, ders, leaf, leafKey);
-      setBounded(this.#chainsByDigest, digest, chain, CHAIN_CACHE_LIMIT);
-      return chain;
+      return await this.#checkedChain(digest, ders, leaf, leafKey);
     } finally {
       if (admitted) this.#admitted.delete(digest);
     }
@@ -297,8 +295,10 @@ export class StoreaJwsVerifier {
   }
 
   /**
-   * The chain checked now, or by a concurrent caller; a refusal is remembered by the chain's
-   * digest, since anyone can wrap their own chain in headers spelled anew.
+   * The chain checked now, or by a concurrent caller, or by one that finished while this caller
+   * checked its signature; a refusal is remembered by the chain's digest, since anyone can wrap
+   * their own chain in headers spelled anew. A check's outcome is cached before it leaves
+   * `#checking`, so a chain is checked once however its callers interleave.
    */
   #checkedChain(
     digest: string,
@@ -306,9 +306,16 @@ export class StoreaJwsVerifier {
     leaf: Certificate,
     leafKey: Es256VerifyingKey,
   ): Promise<VerifiedChain> {
+    const known = this.#chainsByDigest.get(digest);
+    if (known !== undefined) return Promise.resolve(known);
+    const refused = this.#refused.get(digest);
+    if (refused !== undefined) return Promise.reject(new JwsInvalidError(refused));
     let checking = this.#checking.get(digest);
     if (!checking) {
-      checking = this.#checkChain(ders, leaf, leafKey).catch((error) => {
+      checking = this.#checkChain(ders, leaf, leafKey).then((chain) => {
+        setBounded(this.#chainsByDigest, digest, chain, CHAIN_CACHE_LIMIT);
+        return chain;
+      }, (error) => {
         if (error instanceof JwsInvalidError) {
           setBounded(this.#refused, digest, error.message, REFUSED_CHAIN_LIMIT);
         }
