@@ -38,6 +38,12 @@
  * The goal (docs/benchmarks.md, "The store gateway beside verify"): each new endpoint's req/s
  * ratio at least 90% of its store's verify's, and its open-loop p99 ratio at most 110% of verify's.
  *
+ * The bare proxy checks no signature, so an endpoint whose answer holds more JWS than verify's
+ * one is further from it for work the service cannot skip. Store A's verify, subscriptions and
+ * history are therefore also measured against the floor proxy (`bench/floor_verify_proxy.ts`:
+ * the bare proxy plus the ES256 check of each JWS), third in each round at the same rate, and
+ * judged a second time on those ratios: what the service adds beyond the required checks.
+ *
  *     deno run --allow-run --allow-net --allow-env --allow-read --allow-write --allow-sys bench/gateway.ts
  *
  * Flags: `--json`, `--duration S`, `--warmup S`, `--rounds N`, `--keep-temp`, as for
@@ -129,6 +135,11 @@ export interface GatewayEndpoint {
   store: GatewayStore;
   /** Whether it is its store's verify, which the others are set beside. */
   isVerify: boolean;
+  /**
+   * Whether it is also measured against the floor proxy (`bench/floor_verify_proxy.ts`): the
+   * bare proxy plus the ES256 check of each JWS the store answered, the work it cannot skip.
+   */
+  hasFloor: boolean;
   /** The measured case, for the table: the upstream calls of one request. */
   upstreamCalls: string;
   /** The upstream's counts ({@linkcode UpstreamCounts}) one request adds 1 to, each. */
@@ -151,6 +162,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storea/verify",
     store: "storea",
     isVerify: true,
+    hasFloor: true,
     upstreamCalls: "GET transaction (1 JWS)",
     countedCalls: ["transaction"],
     ids: STOREA_IDS,
@@ -163,6 +175,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storea/subscriptions",
     store: "storea",
     isVerify: false,
+    hasFloor: true,
     upstreamCalls: "GET statuses (2 JWS)",
     countedCalls: ["subscriptions"],
     ids: STOREA_IDS,
@@ -175,6 +188,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storea/history",
     store: "storea",
     isVerify: false,
+    hasFloor: true,
     upstreamCalls: `GET history (${HISTORY_PAGE} JWS)`,
     countedCalls: ["history"],
     ids: STOREA_IDS,
@@ -187,6 +201,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storea/consumption",
     store: "storea",
     isVerify: false,
+    hasFloor: false,
     upstreamCalls: "PUT consumption (202)",
     countedCalls: ["consumption"],
     ids: STOREA_IDS,
@@ -201,6 +216,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storeb/verify",
     store: "storeb",
     isVerify: true,
+    hasFloor: false,
     upstreamCalls: "GET subscription",
     countedCalls: ["subscription_read"],
     ids: STOREB_IDS,
@@ -214,6 +230,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storeb/acknowledge",
     store: "storeb",
     isVerify: false,
+    hasFloor: false,
     upstreamCalls: "GET subscription + POST :acknowledge",
     countedCalls: ["subscription_read", "subscription_acknowledge"],
     ids: STOREB_ACKNOWLEDGE_IDS,
@@ -227,6 +244,7 @@ export const GATEWAY_ENDPOINTS: readonly GatewayEndpoint[] = [
     path: "/v1/storeb/consume",
     store: "storeb",
     isVerify: false,
+    hasFloor: false,
     upstreamCalls: "GET product + POST :consume",
     countedCalls: ["product_read", "product_consume"],
     ids: STOREB_CONSUME_IDS,
@@ -258,7 +276,7 @@ export interface GatewayClosedRun extends WrkFigures {
 
 /** One server's process in one round: a closed-loop run, then an open-loop run. */
 export interface GatewayRun {
-  server: "bare proxy" | "purchase-relay";
+  server: "bare proxy" | "floor proxy" | "purchase-relay";
   closed: GatewayClosedRun;
   open: OpenLoopFigures;
   /** Requests answered over the process's life: the check, both wrk runs, the open loop. */
@@ -277,6 +295,8 @@ export interface GatewayRound {
   rate: number;
   service: GatewayRun;
   bare: GatewayRun;
+  /** The floor proxy at the same rate, for an endpoint that {@linkcode GatewayEndpoint.hasFloor}. */
+  floor: GatewayRun | null;
 }
 
 /** One endpoint over every round. */
@@ -297,6 +317,10 @@ export interface GatewayEndpointResult {
    * processes share the server's core.
    */
   cpuRatio: RoundRatio;
+  /** The service's closed-loop req/s over the floor proxy's; null without a floor. */
+  floorRpsRatio: RoundRatio | null;
+  /** The service's open-loop p99 over the floor proxy's; null without a floor. */
+  floorP99Ratio: RoundRatio | null;
   /** Medians over the rounds. */
   median: {
     rate: number;
@@ -306,6 +330,9 @@ export interface GatewayEndpointResult {
     serviceOpenP99Ms: number;
     bareCpuMicros: number;
     serviceCpuMicros: number;
+    /** Null without a floor. */
+    floorRps: number | null;
+    floorOpenP99Ms: number | null;
   };
 }
 
@@ -324,6 +351,12 @@ export interface GatewayVerdict {
   /** The greatest p99 ratio that meets the goal. */
   maxP99Ratio: number;
   p99Met: boolean;
+  /**
+   * The same judgement on the ratios to the floor proxy, where the endpoint and its verify both
+   * have one: whether what the service adds beyond the required signature checks is within the
+   * goal, whatever the number of JWS an answer holds.
+   */
+  floor?: Omit<GatewayVerdict, "endpoint" | "verify" | "floor">;
 }
 
 /** What {@linkcode runGatewayBenchmark} returns. */
@@ -587,10 +620,22 @@ export function verdictsOf(endpoints: GatewayEndpointResult[]): GatewayVerdict[]
     rpsRatio: result.rpsRatio.median,
     p99Ratio: result.p99Ratio.median,
   });
+  const floorRatios = (result: GatewayEndpointResult) =>
+    result.floorRpsRatio && result.floorP99Ratio
+      ? {
+        endpoint: result.endpoint,
+        rpsRatio: result.floorRpsRatio.median,
+        p99Ratio: result.floorP99Ratio.median,
+      }
+      : null;
   return endpoints.filter((result) => !result.isVerify).map((result) => {
     const verify = endpoints.find((other) => other.isVerify && other.store === result.store);
     if (verify === undefined) throw new Error(`no verify of ${result.store} was measured`);
-    return judgeAgainstVerify(ratios(result), ratios(verify));
+    const verdict = judgeAgainstVerify(ratios(result), ratios(verify));
+    const [own, verifyOwn] = [floorRatios(result), floorRatios(verify)];
+    if (own === null || verifyOwn === null) return verdict;
+    const { endpoint: _, verify: __, ...floor } = judgeAgainstVerify(own, verifyOwn);
+    return { ...verdict, floor };
   });
 }
 
@@ -601,7 +646,7 @@ function problemsOf(
   connections: number,
 ): string[] {
   return result.rounds.flatMap((round, i) =>
-    [round.service, round.bare].flatMap((run) => {
+    [round.service, round.bare, ...(round.floor ? [round.floor] : [])].flatMap((run) => {
       const where = `${result.endpoint}, round ${i + 1}, ${run.server}`;
       const { closed, open } = run;
       const lines = unexpectedCalls(run, endpoint.countedCalls, connections);
@@ -634,6 +679,7 @@ function problemsOf(
 
 function summarize(endpoint: GatewayEndpoint, rounds: GatewayRound[]): GatewayEndpointResult {
   const of = (field: (round: GatewayRound) => number) => median(rounds.map(field));
+  const floors = endpoint.hasFloor ? rounds.map((round) => round.floor!) : null;
   return {
     endpoint: `POST ${endpoint.path}`,
     store: endpoint.store,
@@ -655,6 +701,16 @@ function summarize(endpoint: GatewayEndpoint, rounds: GatewayRound[]): GatewayEn
       rounds.map((round) => round.service),
       (run) => run.closed.cpuMicrosPerRequest,
     ),
+    floorRpsRatio: floors === null ? null : roundRatio(
+      rounds.map((round) => round.service),
+      floors,
+      (run) => run.closed.requestsPerSecond,
+    ),
+    floorP99Ratio: floors === null ? null : roundRatio(
+      rounds.map((round) => round.service),
+      floors,
+      (run) => run.open.p99Ms,
+    ),
     median: {
       rate: of((round) => round.rate),
       bareRps: of((round) => round.bare.closed.requestsPerSecond),
@@ -663,11 +719,16 @@ function summarize(endpoint: GatewayEndpoint, rounds: GatewayRound[]): GatewayEn
       serviceOpenP99Ms: of((round) => round.service.open.p99Ms),
       bareCpuMicros: of((round) => round.bare.closed.cpuMicrosPerRequest),
       serviceCpuMicros: of((round) => round.service.closed.cpuMicrosPerRequest),
+      floorRps: floors && median(floors.map((run) => run.closed.requestsPerSecond)),
+      floorOpenP99Ms: floors && median(floors.map((run) => run.open.p99Ms)),
     },
   };
 }
 
-/** The service, then the bare proxy at the rate the service's closed loop set. */
+/**
+ * The service, then the bare proxy, then (for an endpoint with one) the floor proxy, the proxies
+ * at the rate the service's closed loop set.
+ */
 async function measureRound(
   context: Context,
   endpoint: GatewayEndpoint,
@@ -678,6 +739,9 @@ async function measureRound(
   const service = await measureServer(context, endpoint, script, round, "purchase-relay", null);
   const rate = service.rate;
   const bare = await measureServer(context, endpoint, script, round, "bare proxy", rate);
+  const floor = endpoint.hasFloor
+    ? (await measureServer(context, endpoint, script, round, "floor proxy", rate)).run
+    : null;
   const line = (run: GatewayRun) =>
     `${run.closed.requestsPerSecond.toFixed(0)} req/s, open p99 ${run.open.p99Ms.toFixed(2)} ms`;
   context.progress(
@@ -685,9 +749,11 @@ async function measureRound(
       line(bare.run)
     }; req/s ratio ${
       (service.run.closed.requestsPerSecond / bare.run.closed.requestsPerSecond).toFixed(2)
-    }, p99 ratio ${(service.run.open.p99Ms / bare.run.open.p99Ms).toFixed(2)}`,
+    }, p99 ratio ${(service.run.open.p99Ms / bare.run.open.p99Ms).toFixed(2)}${
+      floor ? `; floor proxy ${line(floor)}` : ""
+    }`,
   );
-  return { loadAverage: load, rate, service: service.run, bare: bare.run };
+  return { loadAverage: load, rate, service: service.run, bare: bare.run, floor };
 }
 
 /**
@@ -712,6 +778,12 @@ async function measureServer(
   const prefix = context.nextPrefix();
   let child: Server | undefined = isService
     ? await startService(prefix, { core: settings.serverCore, env: context.serviceEnv })
+    : server === "floor proxy"
+    ? await startBaseline("bench/floor_verify_proxy.ts", prefix, {
+      core: settings.serverCore,
+      env: context.bareEnv,
+      permissions: ["--allow-ffi"],
+    })
     : await startBaseline("bench/bare_verify_proxy.ts", prefix, {
       core: settings.serverCore,
       env: context.bareEnv,
@@ -812,6 +884,9 @@ export function formatGatewayTable(result: GatewayBenchmarkResult): string {
       { header: "p99 vs bare", numeric: true },
       { header: "CPU µs/req bare", numeric: true },
       { header: "CPU µs/req service", numeric: true },
+      { header: "floor req/s", numeric: true },
+      { header: "req/s vs floor", numeric: true },
+      { header: "p99 vs floor", numeric: true },
     ],
     result.endpoints.map((endpoint) => [
       endpoint.isVerify ? `${endpoint.endpoint} (verify)` : endpoint.endpoint,
@@ -825,6 +900,9 @@ export function formatGatewayTable(result: GatewayBenchmarkResult): string {
       times(endpoint.p99Ratio.median),
       endpoint.median.bareCpuMicros.toFixed(0),
       endpoint.median.serviceCpuMicros.toFixed(0),
+      endpoint.median.floorRps?.toFixed(0) ?? "-",
+      endpoint.floorRpsRatio ? ratio(endpoint.floorRpsRatio.median) : "-",
+      endpoint.floorP99Ratio ? times(endpoint.floorP99Ratio.median) : "-",
     ]),
   );
 }
@@ -844,6 +922,8 @@ export function formatGatewayRoundsTable(result: GatewayBenchmarkResult): string
       { header: "service p99 ms", numeric: true },
       { header: "p99 vs bare", numeric: true },
       { header: "core 0 busy bare / service", numeric: true },
+      { header: "floor req/s", numeric: true },
+      { header: "floor p99 ms", numeric: true },
     ],
     result.endpoints.flatMap((endpoint) =>
       endpoint.rounds.map((round, i) => [
@@ -858,6 +938,8 @@ export function formatGatewayRoundsTable(result: GatewayBenchmarkResult): string
         round.service.open.p99Ms.toFixed(2),
         times(endpoint.p99Ratio.rounds[i]),
         `${pct(round.bare.closed.serverCoreBusy)} / ${pct(round.service.closed.serverCoreBusy)}`,
+        round.floor?.closed.requestsPerSecond.toFixed(0) ?? "-",
+        round.floor?.open.p99Ms.toFixed(2) ?? "-",
       ])
     ),
   );
@@ -880,7 +962,15 @@ export function formatGatewayGoal(result: GatewayBenchmarkResult): string {
       rounds(verdict.endpoint, (r) => r.p99Ratio).map(times).join(", ")
     }) against verify's ${times(verdict.verifyP99Ratio)}, at most ${
       times(verdict.maxP99Ratio)
-    } wanted: ${mark(verdict.p99Met)}`
+    } wanted: ${mark(verdict.p99Met)}${
+      verdict.floor
+        ? `; beside the floor proxy, req/s ${ratio(verdict.floor.rpsRatio)} against verify's ${
+          ratio(verdict.floor.verifyRpsRatio)
+        }: ${mark(verdict.floor.rpsMet)}, open p99 ${times(verdict.floor.p99Ratio)} against ${
+          times(verdict.floor.verifyP99Ratio)
+        }: ${mark(verdict.floor.p99Met)}`
+        : ""
+    }`
   );
   const verifyLines = result.endpoints.filter((endpoint) => endpoint.isVerify).map((endpoint) =>
     `- ${endpoint.endpoint} (the reference): req/s vs bare rounds ${

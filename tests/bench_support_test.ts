@@ -259,6 +259,7 @@ Deno.test("parseOnly keeps the run order and refuses unknown names", () => {
   assert.deepEqual(parseOnly(undefined), [
     "health",
     "verify",
+    "gateway",
     "jws",
     "forged",
     "relay",
@@ -333,6 +334,32 @@ Deno.test("verdictsOf judges each new endpoint against its own store's verify", 
     () => verdictsOf([result("POST /v1/storea/history", "storea", 0.3, 5)]),
     /no verify of storea/,
   );
+});
+
+Deno.test("verdictsOf judges the floor ratios too, where the endpoint and its verify have them", () => {
+  const result = (endpoint: string, rps: number, floorRps: number | null) =>
+    ({
+      endpoint,
+      store: "storea",
+      isVerify: endpoint.endsWith("/verify"),
+      rpsRatio: { rounds: [rps], median: rps },
+      p99Ratio: { rounds: [5], median: 5 },
+      floorRpsRatio: floorRps === null ? null : { rounds: [floorRps], median: floorRps },
+      floorP99Ratio: floorRps === null ? null : { rounds: [2], median: 2 },
+    }) as unknown as GatewayEndpointResult;
+  const [history, consumption] = verdictsOf([
+    result("POST /v1/storea/verify", 0.3, 0.5),
+    // Five JWS: far from verify beside the bare proxy, as near as verify beside its floor.
+    result("POST /v1/storea/history", 0.2, 0.48),
+    result("POST /v1/storea/consumption", 0.3, null),
+  ]);
+  assert.equal(history.rpsMet, false);
+  assert.deepEqual(
+    [history.floor?.rpsRatio, history.floor?.verifyRpsRatio, history.floor?.rpsMet],
+    [0.48, 0.5, true],
+  );
+  assert.equal(history.floor?.p99Met, true);
+  assert.equal(consumption.floor, undefined);
 });
 
 Deno.test("unexpectedCalls wants each call once per answered request, no other call", () => {
