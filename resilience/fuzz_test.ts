@@ -1483,11 +1483,13 @@ async function runStoreaWebhook(world: World, p: Value<typeof storeaWebhookProbe
       exact = "SIGNATURE_INVALID";
     }
   }
-  // A chain the service has never seen (an edited certificate or x5c) spends a token of a small
-  // budget before it is checked, and is refused 429 when none is left: that, or the prediction.
+  // A chain the service has never seen (an edited certificate or x5c, or an edit of the header
+  // that still decodes to three certificates) spends a token of a small budget before it is
+  // checked, and is refused 429 when none is left: that, or the prediction.
   const recipe = p.payload;
   const unseenChain = recipe.kind === "certificate" ||
-    (recipe.kind === "header" && recipe.header.x5c !== "keep");
+    (recipe.kind === "header" && recipe.header.x5c !== "keep") ||
+    (recipe.kind === "tampered" && recipe.segment === 0);
   const budget = unseenChain && exact !== undefined && answer.status === 429;
   const outcome = checkAnswer(world, answer, { route, exact: budget ? "RATE_LIMITED" : exact });
   if (outcome === "RECEIPT" && built.notificationUUID !== null && exact === "RECEIPT") {
