@@ -169,12 +169,12 @@ function checkedSignRequest(value: unknown): SignRequest {
       subtype,
       bundleId: text("bundleId"),
       appId: appId as number | null,
-      ...checkedLost(request.lost),
+      ...checkedLost(request.lost, "storea"),
     };
   }
   if (request?.store === "storeb") {
     const notification = checkedStorebNotification(request.notification);
-    const lost = checkedLost(request.lost);
+    const lost = checkedLost(request.lost, "storeb");
     if (lost.lost !== undefined && notification.kind !== "voided_purchase") {
       throw new Error("only a voided purchase can be lost: Google lists no other");
     }
@@ -190,10 +190,14 @@ function checkedSignRequest(value: unknown): SignRequest {
   throw new Error("store must be storea or storeb");
 }
 
-/** `lost`, if asked for, with a failed send attempt result Apple names. */
-function checkedLost(value: unknown): { lost?: LostNotification } {
+/** `lost`, if asked for: store A's with a failed send attempt result Apple names, store B's none. */
+function checkedLost(value: unknown, store: "storea" | "storeb"): { lost?: LostNotification } {
   if (value === undefined) return {};
   const result = (value as Record<string, unknown> | null)?.sendAttemptResult;
+  if (store === "storeb") {
+    if (result !== null) throw new Error("lost.sendAttemptResult must be null for store B");
+    return { lost: { sendAttemptResult: null } };
+  }
   if (!(FAILED_SEND_ATTEMPT_RESULTS as readonly unknown[]).includes(result)) {
     throw new Error("lost.sendAttemptResult must be a failed sendAttemptResult");
   }

@@ -40,8 +40,9 @@ Deno.test("trigger --lost: what it accepts", () => {
     sendAttemptResult: "TLS_ISSUE",
   });
   assert.throws(() => parseTriggerChoice("storea", "DID_RENEW", { lost: "SUCCESS" }), UsageError);
+  // Google reports no send attempt: none is made up.
   assert.deepEqual(parseTriggerChoice("storeb", "voided_purchase", { lost: "yes" }).lost, {
-    sendAttemptResult: "NO_RESPONSE",
+    sendAttemptResult: null,
   });
   // Google keeps no record of the other notifications it failed to deliver.
   assert.throws(() => parseTriggerChoice("storeb", "subscription.4", { lost: "yes" }), UsageError);

@@ -52,10 +52,10 @@ export type StorebNotificationChoice =
 
 /**
  * A notification lost on the way: the store tried to post it and met `sendAttemptResult` (store
- * A); store B keeps only voided purchases, in its list.
+ * A); store B keeps only voided purchases, in its list, and reports no attempt (null).
  */
 export interface LostNotification {
-  sendAttemptResult: string;
+  sendAttemptResult: string | null;
 }
 
 /** What the command line asked for. */
@@ -140,7 +140,7 @@ export function parseTriggerChoice(
       );
     }
     if (lost !== "YES") throw new UsageError("--lost for store B is yes");
-    return { ...choice, lost: { sendAttemptResult: "NO_RESPONSE" } };
+    return { ...choice, lost: { sendAttemptResult: null } };
   }
   const result = lost === "YES" ? "TIMED_OUT" : lost;
   if (!(FAILED_SEND_ATTEMPT_RESULTS as readonly string[]).includes(result)) {
