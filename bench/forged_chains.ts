@@ -24,25 +24,21 @@
  * Needs `wrk` and `taskset`; no database server (the embedded engine: refusals touch no database).
  * @module
  */
-import { parseArgs } from "node:util";
 import * as pkijs from "pkijs";
 import {
   beginRun,
   cpuSeconds,
-  exitWithError,
   formatTable,
-  LOAD_FLAGS,
   type LoadOptions,
-  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
   median,
-  numberFlag,
   parseWrk,
   productionServiceEnv,
   ROOT,
   runCli,
+  runLoadBenchmarkCommand,
   runWrk,
   startService,
   stop,
@@ -446,20 +442,8 @@ export function formatForgedChainsGoal(result: ForgedChainsResult): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: { ...LOAD_FLAGS, rounds: { type: "string" } },
-  });
-  try {
-    const result = await runForgedChainsBenchmark({
-      ...loadOptionsFromFlags(values),
-      rounds: numberFlag(values.rounds),
-    });
-    console.log(formatForgedChainsTable(result));
-    console.log();
-    console.log(formatForgedChainsGoal(result));
-    if (values.json) console.log(JSON.stringify(result));
-  } catch (error) {
-    exitWithError(error);
-  }
+  await runLoadBenchmarkCommand(runForgedChainsBenchmark, (result) => [
+    formatForgedChainsTable(result),
+    formatForgedChainsGoal(result),
+  ]);
 }

@@ -50,27 +50,23 @@
  * `bench/verify.ts`. `BENCH_DATABASE_URL` names the PostgreSQL server.
  * @module
  */
-import { parseArgs } from "node:util";
 import {
   beginRun,
   checkAnswer,
   createDatabase,
-  exitWithError,
   formatTable,
-  LOAD_FLAGS,
   loadAverage,
   type LoadOptions,
-  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
   measureLoad,
   median,
-  numberFlag,
   pct,
   productionServiceEnv,
   type Progress,
   ROOT,
+  runLoadBenchmarkCommand,
   runOpenLoopGenerator,
   scanStdout,
   type Server,
@@ -1022,22 +1018,9 @@ export function formatGatewayGoal(result: GatewayBenchmarkResult): string {
 // --- main ----------------------------------------------------------------------------------------
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: { ...LOAD_FLAGS, rounds: { type: "string" } },
-  });
-  try {
-    const result = await runGatewayBenchmark({
-      ...loadOptionsFromFlags(values),
-      rounds: numberFlag(values.rounds),
-    });
-    console.log(formatGatewayTable(result));
-    console.log();
-    console.log(formatGatewayGoal(result));
-    console.log();
-    console.log(formatGatewayRoundsTable(result));
-    if (values.json) console.log(JSON.stringify(result, null, 2));
-  } catch (error) {
-    exitWithError(error);
-  }
+  await runLoadBenchmarkCommand(runGatewayBenchmark, (result) => [
+    formatGatewayTable(result),
+    formatGatewayGoal(result),
+    formatGatewayRoundsTable(result),
+  ]);
 }

@@ -26,26 +26,22 @@
  * {@linkcode runHealthBenchmark}, which returns the figures, and {@linkcode formatHealthTable}.
  * @module
  */
-import { parseArgs } from "node:util";
 import {
   beginRun,
   createDatabase,
-  exitWithError,
   formatTable,
-  LOAD_FLAGS,
   loadAverage,
   type LoadOptions,
-  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
   median,
-  numberFlag,
   parseWrk,
   pct,
   productionServiceEnv,
   type Progress,
   readMemory,
+  runLoadBenchmarkCommand,
   runWrk,
   scanStdout,
   type Server,
@@ -383,21 +379,9 @@ async function loadHealth(
 // --- main ----------------------------------------------------------------------------------------
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: { ...LOAD_FLAGS, rounds: { type: "string" } },
-  });
-  try {
-    const result = await runHealthBenchmark({
-      ...loadOptionsFromFlags(values),
-      rounds: numberFlag(values.rounds),
-    });
-    console.log(`## GET /health\n`);
-    console.log(formatHealthTable(result));
-    console.log();
-    console.log(formatHealthGoal(result));
-    if (values.json) console.log(`\n${JSON.stringify(result, null, 2)}`);
-  } catch (error) {
-    exitWithError(error);
-  }
+  await runLoadBenchmarkCommand(runHealthBenchmark, (result) => [
+    "## GET /health",
+    formatHealthTable(result),
+    formatHealthGoal(result),
+  ]);
 }

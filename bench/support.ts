@@ -11,6 +11,7 @@
  * `cat` and `readlink`.
  * @module
  */
+import { parseArgs } from "node:util";
 import postgres from "postgres";
 import { serviceEnvironment, servicePermissions } from "../src/process/permissions.ts";
 
@@ -833,6 +834,31 @@ export class MissingToolError extends Error {
 export function exitWithError(error: unknown): never {
   console.error(error instanceof MissingToolError ? error.message : error);
   Deno.exit(1);
+}
+
+/**
+ * The command line of a load benchmark run in rounds: the {@linkcode LOAD_FLAGS} and `--rounds N`
+ * given to `run`, then the `tables` of its result printed a blank line apart, and with `--json`
+ * the whole result; a failure exits 1 ({@linkcode exitWithError}).
+ */
+export async function runLoadBenchmarkCommand<T>(
+  run: (options: LoadOptions & { rounds?: number }) => Promise<T>,
+  tables: (result: T) => string[],
+): Promise<void> {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: { ...LOAD_FLAGS, rounds: { type: "string" } },
+  });
+  try {
+    const result = await run({
+      ...loadOptionsFromFlags(values),
+      rounds: numberFlag(values.rounds),
+    });
+    console.log(tables(result).join("\n\n"));
+    if (values.json) console.log(`\n${JSON.stringify(result, null, 2)}`);
+  } catch (error) {
+    exitWithError(error);
+  }
 }
 
 /**

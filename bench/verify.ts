@@ -48,25 +48,20 @@
  * `taskset` and `node`.
  * @module
  */
-import { parseArgs } from "node:util";
 import { importPKCS8, SignJWT } from "jose";
 import {
   beginRun,
   checkAnswer,
   createDatabase,
-  exitWithError,
   formatTable,
-  LOAD_FLAGS,
   loadAverage,
   type LoadOptions,
-  loadOptionsFromFlags,
   type LoadSettings,
   loadSettings,
   type Machine,
   measureLoad,
   median,
   MissingToolError,
-  numberFlag,
   parseCheckedAnswers,
   parseWrk,
   pct,
@@ -74,6 +69,7 @@ import {
   type Progress,
   ROOT,
   runCli,
+  runLoadBenchmarkCommand,
   runOpenLoopGenerator,
   runWrk,
   scanStdout,
@@ -1004,24 +1000,10 @@ export async function loadStore(
 // --- main ----------------------------------------------------------------------------------------
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: { ...LOAD_FLAGS, rounds: { type: "string" } },
-  });
-  try {
-    const result = await runVerifyBenchmark({
-      ...loadOptionsFromFlags(values),
-      rounds: numberFlag(values.rounds),
-    });
-    for (const store of result.stores) {
-      console.log(`## ${store.endpoint}\n`);
-      console.log(formatVerifyTable(store));
-      console.log();
-      console.log(formatVerifyGoal(store));
-      console.log();
-    }
-    if (values.json) console.log(JSON.stringify(result, null, 2));
-  } catch (error) {
-    exitWithError(error);
-  }
+  await runLoadBenchmarkCommand(runVerifyBenchmark, (result) =>
+    result.stores.flatMap((store) => [
+      `## ${store.endpoint}`,
+      formatVerifyTable(store),
+      formatVerifyGoal(store),
+    ]));
 }
