@@ -7,21 +7,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { type RunningService, startService, stopAndDrop } from "./helpers/service.ts";
-import {
-  storeaCredentialArgs,
-  storebCredentialArgs,
-  TEST_ISSUER_ID,
-  writeStoreaKeyFile,
-} from "./helpers/fixtures.ts";
+import { storeaCredentialArgs, storebCredentialArgs } from "./helpers/fixtures.ts";
 import {
   assertSignedDelivery,
   cliOk,
   createTenantWithCallback,
   postJson,
 } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator } from "../simulators/storea_api.ts";
 import { createServiceAccount } from "../simulators/service_account.ts";
 import {
   sampleProductPurchase,
@@ -36,8 +28,8 @@ import {
   testNotification,
 } from "../simulators/storeb_push.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
-const BUNDLE_ID = "com.example.app";
 const PACKAGE = "com.example.app";
 const AUDIENCE = "https://relay.example.com/push";
 const PUSH_ACCOUNT = "push@example-project.iam.gserviceaccount.com";
@@ -57,21 +49,12 @@ async function callApi(service: RunningService, key: string, path: string, body:
 
 Deno.test("state: a store A delivery carries the notification's purchase, as verify answers it", async () => {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
-  const api = await startStoreaApiSimulator({ signer });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: BUNDLE_ID,
-    privateKeyPem: await Deno.readTextFile(keyFile),
-  });
+  const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir);
   const receiver = await startCallbackReceiver();
   const service = await startService({
     env: {
       ...api.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
     },
   });
   try {

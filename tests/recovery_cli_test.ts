@@ -5,25 +5,20 @@
  * window is refused where the store or the service's memory does not reach.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import { startService, stopAndDrop } from "./helpers/service.ts";
 import {
   storeaCredentialArgs,
   storebCredentialArgs,
-  TEST_ISSUER_ID,
   writeServiceAccountFile,
-  writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
 import { cliOk, createTenantWithCallback, eventually } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator } from "../simulators/storea_api.ts";
 import { storeaNotification } from "../simulators/store_notifications.ts";
 import { sampleVoidedPurchase, startStorebSimulator } from "../simulators/storeb_play.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
 import { COMMANDS } from "../src/cli/mod.ts";
 import { parseCommandArgs } from "../src/cli/args.ts";
 import { UsageError } from "../src/cli/command.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 const BUNDLE_ID = "com.example.app";
 const LINE_KEYS = [
@@ -49,16 +44,7 @@ Deno.test("notifications recover: --all is a flag", () => {
 
 Deno.test("notifications recover: reads both stores' records, one line each", async (t) => {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
-  const api = await startStoreaApiSimulator({ signer });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: BUNDLE_ID,
-    privateKeyPem: await Deno.readTextFile(keyFile),
-  });
+  const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir);
   const play = await startStorebSimulator();
   const account = await writeServiceAccountFile(dir);
   await play.addServiceAccount({
@@ -70,7 +56,7 @@ Deno.test("notifications recover: reads both stores' records, one line each", as
     env: {
       ...api.serviceEnv,
       ...play.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
       RECOVERY_INTERVAL: "0",
       UPSTREAM_TIMEOUT: "2s",
     },

@@ -6,38 +6,24 @@
  * tests/recovery_checkpoints_test.ts.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import {
   createTenantWithKey,
   ENGINE,
   type RunningService,
   startService,
 } from "./helpers/service.ts";
-import { storeaCredentialArgs, TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
+import { storeaCredentialArgs } from "./helpers/fixtures.ts";
 import { eventually } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator } from "../simulators/storea_api.ts";
 import { storeaNotification } from "../simulators/store_notifications.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
-
-const BUNDLE_ID = "com.example.app";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 Deno.test({
   name: "recovery replicas: one at a time per tenant and environment, each notification once",
   ignore: ENGINE !== "postgresql",
   async fn() {
     const dir = await Deno.makeTempDir();
-    const pki = await createStoreaTestPki();
-    const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
-    const api = await startStoreaApiSimulator({ signer });
-    const keyFile = await writeStoreaKeyFile(dir);
-    await api.addKey({
-      issuerId: TEST_ISSUER_ID,
-      keyId: "ABC123DEFG",
-      bundleId: BUNDLE_ID,
-      privateKeyPem: await Deno.readTextFile(keyFile),
-    });
+    const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir);
     // Every history call takes a while, so two runs at once would overlap.
     for (const environment of ["production", "sandbox"] as const) {
       api.script(environment, {
@@ -49,7 +35,7 @@ Deno.test({
     const receiver = await startCallbackReceiver();
     const env = {
       ...api.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
       RECOVERY_INTERVAL: "1s",
       UPSTREAM_TIMEOUT: "3s",
     };

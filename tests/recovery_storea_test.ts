@@ -6,7 +6,6 @@
  * postpones the tenant's next run to Apple's `Retry-After`.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import {
   connectTestDatabase,
   createTenantWithKey,
@@ -14,34 +13,26 @@ import {
   type LogLine,
   startService,
 } from "./helpers/service.ts";
-import { storeaCredentialArgs, TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
+import { storeaCredentialArgs } from "./helpers/fixtures.ts";
 import { assertSignedDelivery, eventually, postJson } from "./helpers/relay.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { createStoreaTestPki } from "../simulators/storea_pki.ts";
 import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator, storeaRateLimitedAnswer } from "../simulators/storea_api.ts";
+import { storeaRateLimitedAnswer } from "../simulators/storea_api.ts";
 import { storeaNotification } from "../simulators/store_notifications.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 const BUNDLE_ID = "com.example.app";
 const HOUR_MS = 3_600_000;
 
 Deno.test("recovery of store A: lost notifications delivered once, known and invalid never", async (t) => {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
+  const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir);
   const stranger = new StoreaSigner(await createStoreaTestPki(), { bundleId: BUNDLE_ID });
-  const api = await startStoreaApiSimulator({ signer });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: BUNDLE_ID,
-    privateKeyPem: await Deno.readTextFile(keyFile),
-  });
   const receiver = await startCallbackReceiver();
   const env = {
     ...api.serviceEnv,
-    STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+    STOREA_ROOT_CERTS: rootPemPath,
     RECOVERY_INTERVAL: "1s",
     UPSTREAM_TIMEOUT: "2s",
   };

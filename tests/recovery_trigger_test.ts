@@ -12,17 +12,13 @@ import { startService, stopAndDrop } from "./helpers/service.ts";
 import {
   storeaCredentialArgs,
   storebCredentialArgs,
-  TEST_ISSUER_ID,
   TEST_PUSH_SERVICE_ACCOUNT,
   writeServiceAccountFile,
-  writeStoreaKeyFile,
 } from "./helpers/fixtures.ts";
 import { cliOk, createTenantWithCallback } from "./helpers/relay.ts";
 import { DEV_SIGNER_FILE, parseTriggerChoice, type SignRequest } from "../src/cli/trigger.ts";
 import { UsageError } from "../src/cli/command.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator, type StoreaSendAttemptResult } from "../simulators/storea_api.ts";
+import type { StoreaSendAttemptResult } from "../simulators/storea_api.ts";
 import { storeaNotification } from "../simulators/store_notifications.ts";
 import { startStorebSimulator } from "../simulators/storeb_play.ts";
 import {
@@ -31,6 +27,7 @@ import {
   voidedPurchaseNotification,
 } from "../simulators/storeb_push.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 Deno.test("trigger --lost: what it accepts", () => {
   assert.deepEqual(parseTriggerChoice("storea", "did_renew", { lost: "yes" }).lost, {
@@ -51,16 +48,7 @@ Deno.test("trigger --lost: what it accepts", () => {
 
 Deno.test("trigger --lost: lost on the way, then recovered and delivered", async (t) => {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: "com.example.app" });
-  const api = await startStoreaApiSimulator({ signer });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: "com.example.app",
-    privateKeyPem: await Deno.readTextFile(keyFile),
-  });
+  const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir);
   const play = await startStorebSimulator();
   const account = await writeServiceAccountFile(dir);
   await play.addServiceAccount({
@@ -74,7 +62,7 @@ Deno.test("trigger --lost: lost on the way, then recovered and delivered", async
       ...api.serviceEnv,
       ...play.serviceEnv,
       ...issuer.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
       RECOVERY_INTERVAL: "1s",
       UPSTREAM_TIMEOUT: "2s",
     },

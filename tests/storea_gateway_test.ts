@@ -5,23 +5,22 @@
  * through STOREA_ROOT_CERTS.
  */
 import assert from "node:assert/strict";
-import { join } from "node:path";
 import {
   createTenantWithKey,
   type RunningService,
   startService,
   stopAndDrop,
 } from "./helpers/service.ts";
-import { storeaCredentialArgs, TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
+import { storeaCredentialArgs } from "./helpers/fixtures.ts";
+import { createStoreaTestPki } from "../simulators/storea_pki.ts";
 import { StoreaSigner, type StoreaTransactionPayload } from "../simulators/storea_signer.ts";
 import {
-  startStoreaApiSimulator,
   STOREA_API_ERRORS,
   type StoreaApiEnvironment,
   type StoreaApiSimulator,
   storeaRateLimitedAnswer,
 } from "../simulators/storea_api.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 const BUNDLE_ID = "com.example.app";
 const GROUP_A = "21000001";
@@ -65,20 +64,13 @@ async function callerFor(
 /** The simulator, a key it accepts, and a service that trusts its PKI. */
 async function startWorld(env: Record<string, string> = {}) {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
-  const api = await startStoreaApiSimulator({ signer, historyPageSize: 3 });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: BUNDLE_ID,
-    privateKeyPem: await Deno.readTextFile(keyFile),
+  const { signer, api, keyFile, rootPemPath } = await startStoreaWorld(dir, {
+    historyPageSize: 3,
   });
   const service = await startService({
     env: {
       ...api.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
       UPSTREAM_TIMEOUT: "2s",
       ...env,
     },

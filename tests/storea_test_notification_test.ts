@@ -14,11 +14,9 @@ import {
   startService,
   stopAndDrop,
 } from "./helpers/service.ts";
-import { storeaCredentialArgs, TEST_ISSUER_ID, writeStoreaKeyFile } from "./helpers/fixtures.ts";
-import { createStoreaTestPki, writeStoreaRootPem } from "../simulators/storea_pki.ts";
-import { StoreaSigner } from "../simulators/storea_signer.ts";
-import { startStoreaApiSimulator } from "../simulators/storea_api.ts";
+import { storeaCredentialArgs } from "./helpers/fixtures.ts";
 import { startCallbackReceiver } from "../simulators/callback_receiver.ts";
+import { startStoreaWorld } from "./helpers/storea_world.ts";
 
 const BUNDLE_ID = "com.example.app";
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -39,21 +37,14 @@ async function tenantWithStoreA(
 
 Deno.test("storea test-notification follows App Store -> service -> tenant", async (t) => {
   const dir = await Deno.makeTempDir();
-  const pki = await createStoreaTestPki();
-  const signer = new StoreaSigner(pki, { bundleId: BUNDLE_ID });
-  const api = await startStoreaApiSimulator({ signer, notificationTimeoutMs: 3_000 });
-  const keyFile = await writeStoreaKeyFile(dir);
-  await api.addKey({
-    issuerId: TEST_ISSUER_ID,
-    keyId: "ABC123DEFG",
-    bundleId: BUNDLE_ID,
-    privateKeyPem: await Deno.readTextFile(keyFile),
+  const { api, keyFile, rootPemPath } = await startStoreaWorld(dir, {
+    notificationTimeoutMs: 3_000,
   });
   const receiver = await startCallbackReceiver();
   const service = await startService({
     env: {
       ...api.serviceEnv,
-      STOREA_ROOT_CERTS: await writeStoreaRootPem(pki, join(dir, "root.pem")),
+      STOREA_ROOT_CERTS: rootPemPath,
       UPSTREAM_TIMEOUT: "2s",
       DELIVERY_TIMEOUT: "2s",
     },
