@@ -63,7 +63,6 @@ import {
   measureLoad,
   median,
   pct,
-  productionServiceEnv,
   type Progress,
   ROOT,
   runLoadBenchmarkCommand,
@@ -79,7 +78,6 @@ import {
   STOREA_KEY_ID,
   waitForLine,
   writeProgress,
-  writeStoreaKey,
   type WrkFigures,
 } from "./support.ts";
 import {
@@ -90,7 +88,6 @@ import {
   OPEN_LOOP_CONNECTIONS,
   type OpenLoopFigures,
   PACKAGE_NAME,
-  RATE_LIMIT,
   type RoundRatio,
   roundRatio,
   signStoreaToken,
@@ -109,7 +106,6 @@ import {
   type UpstreamCounts,
   upstreamId,
 } from "./verify_upstream.ts";
-import { createServiceAccount } from "../simulators/service_account.ts";
 
 /** Options of {@linkcode runGatewayBenchmark}. */
 export interface GatewayBenchmarkOptions extends LoadOptions {
@@ -472,15 +468,10 @@ export async function runGatewayBenchmark(
   const upstreams: Server[] = [];
   try {
     progress(`temporary database ${database.name}, temp dir ${tmp}`);
-    const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`);
-    const storebAccountFile = `${tmp}/service-account.json`;
-    await Deno.writeTextFile(storebAccountFile, (await createServiceAccount()).json);
-    const serviceEnv = await productionServiceEnv(tmp, {
-      DATABASE_URL: database.url,
-      RATE_LIMIT_PER_SECOND: RATE_LIMIT,
-      RATE_LIMIT_BURST: RATE_LIMIT,
-    });
-    const tenant = await createTenant(serviceEnv, { storeaKeyFile, storebAccountFile });
+    const { storeaKeyFile, storebAccountFile, serviceEnv, tenant } = await createTenant(
+      tmp,
+      database.url,
+    );
     progress(`tenant ${tenant.tenantId} with store A and store B credentials`);
 
     progress(`starting both upstreams with ${settings.transactions} ids each`);

@@ -275,15 +275,10 @@ export async function runVerifyBenchmark(
   const database = await createDatabase(options.databaseUrl);
   try {
     progress(`temporary database ${database.name}, temp dir ${tmp}`);
-    const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`);
-    const storebAccountFile = `${tmp}/service-account.json`;
-    await Deno.writeTextFile(storebAccountFile, (await createServiceAccount()).json);
-    const serviceEnv = await productionServiceEnv(tmp, {
-      DATABASE_URL: database.url,
-      RATE_LIMIT_PER_SECOND: RATE_LIMIT,
-      RATE_LIMIT_BURST: RATE_LIMIT,
-    });
-    const tenant = await createTenant(serviceEnv, { storeaKeyFile, storebAccountFile });
+    const { storeaKeyFile, storebAccountFile, serviceEnv, tenant } = await createTenant(
+      tmp,
+      database.url,
+    );
     progress(`tenant ${tenant.tenantId} with store A and store B credentials`);
 
     const context = { settings, progress, tmp, serviceEnv, apiKey: tenant.apiKey };
@@ -767,16 +762,34 @@ function summarize(
 
 // --- tenant -------------------------------------------------------------------------------------
 
-/** Migrates, then makes a tenant, a live API key and both stores' credentials through the CLI. */
-export async function createTenant(
-  env: Record<string, string>,
-  files: { storeaKeyFile: string; storebAccountFile: string },
-): Promise<{ tenantId: string; apiKey: string }> {
+/** A tenant of {@linkcode createTenant}, with the files and environment it was made with. */
+export interface BenchTenant {
+  /** The App Store Connect key and the Google service account, written in `tmp`. */
+  storeaKeyFile: string;
+  storebAccountFile: string;
+  /** The service's production environment on the database, rate limits out of the way. */
+  serviceEnv: Record<string, string>;
+  tenant: { tenantId: string; apiKey: string };
+}
+
+/**
+ * Writes both stores' credentials in `tmp`, migrates the database at `databaseUrl`, then makes a
+ * tenant, a live API key and both stores' credentials through the CLI.
+ */
+export async function createTenant(tmp: string, databaseUrl: string): Promise<BenchTenant> {
+  const storeaKeyFile = await writeStoreaKey(`${tmp}/AuthKey_${STOREA_KEY_ID}.p8`);
+  const storebAccountFile = `${tmp}/service-account.json`;
+  await Deno.writeTextFile(storebAccountFile, (await createServiceAccount()).json);
+  const env = await productionServiceEnv(tmp, {
+    DATABASE_URL: databaseUrl,
+    RATE_LIMIT_PER_SECOND: RATE_LIMIT,
+    RATE_LIMIT_BURST: RATE_LIMIT,
+  });
   await runCli(["migrate"], env);
   const tenant = await runCli(["tenant", "create", "--name", "Bench tenant"], env);
   const tenantId = String(tenant.id);
   const key = await runCli(["key", "create", tenantId, "--env", "live"], env);
-  await setStoreaCredentials(env, { tenantId, keyFile: files.storeaKeyFile });
+  await setStoreaCredentials(env, { tenantId, keyFile: storeaKeyFile });
   await runCli([
     "storeb",
     "set-credentials",
@@ -784,13 +797,18 @@ export async function createTenant(
     "--package-name",
     PACKAGE_NAME,
     "--service-account-file",
-    files.storebAccountFile,
+    storebAccountFile,
     "--push-audience",
     "https://relay.example.com/push",
     "--push-service-account",
     "push@bench-project.iam.gserviceaccount.com",
   ], env);
-  return { tenantId, apiKey: String(key.key) };
+  return {
+    storeaKeyFile,
+    storebAccountFile,
+    serviceEnv: env,
+    tenant: { tenantId, apiKey: String(key.key) },
+  };
 }
 
 // --- servers -------------------------------------------------------------------------------------
