@@ -464,6 +464,16 @@ Deno.test("store B push notifications in, signed deliveries out", async (t) => {
       // The message id is a text column, which cannot hold U+0000: unchecked, the insert fails.
       const nul = pushEnvelope(renewal(), { messageId: "1\u00002" });
       await expectInvalid(nul, "a NUL in the message id", /NUL/);
+      // A voided purchase is known by its order id, stored in the same column: the same rules.
+      const voided = (orderId: string) =>
+        pushEnvelope(voidedPurchaseNotification(PACKAGE_NAME, {
+          purchaseToken: purchaseToken("voided-odd-order"),
+          orderId,
+          productType: 2,
+          refundType: 1,
+        }));
+      await expectInvalid(voided("GPA.1\u00002"), "a NUL in the order id", /NUL/);
+      await expectInvalid(voided("GPA.1\ud8002"), "a lone surrogate in the order id", /surrogate/);
       // Deep JSON parsed fine, but serializing it again overflowed the stack: a 500.
       const deep = `${"[".repeat(100_000)}${"]".repeat(100_000)}`;
       const deepEnvelope = `{"deep":${deep},${JSON.stringify(pushEnvelope(renewal())).slice(1)}`;

@@ -4,7 +4,7 @@ import { jsonResponse } from "../http/server.ts";
 import type { RequestContext } from "../http/router.ts";
 import type { TenantCredentials } from "../db/credentials.ts";
 import type { Tenant } from "../db/tenants.ts";
-import type { Receipt, VerifiedNotification } from "../events/ingest.ts";
+import { type Receipt, unstorableColumn, type VerifiedNotification } from "../events/ingest.ts";
 import type { Logger } from "../observability/log.ts";
 import { ATTR, recordNotification, withSpan } from "../observability/telemetry.ts";
 
@@ -27,15 +27,8 @@ export async function receiptResponse(
   context: RequestContext,
   notification: VerifiedNotification,
 ): Promise<Response> {
-  // The external id and the platform event are text columns, which cannot hold U+0000 (the
-  // database refused them: a 500) nor keep an unpaired surrogate (two ids would become one).
-  // The payload is safe: JSON escapes both.
-  const columns = [["id", notification.externalId], ["type", notification.entry.platformEvent]];
-  for (const [what, value] of columns) {
-    if (value.includes("\u0000") || !value.isWellFormed()) {
-      throw invalidRequest(`the notification's ${what} holds a NUL or an unpaired surrogate`);
-    }
-  }
+  const unstorable = unstorableColumn(notification);
+  if (unstorable !== null) throw invalidRequest(unstorable);
   const { tenantId, source, entry } = notification;
   const receipt = await withSpan("purchase_relay.ingest", {
     [ATTR.tenant]: tenantId,

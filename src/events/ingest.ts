@@ -51,6 +51,26 @@ export function dedupKeyOf(notification: VerifiedNotification): string {
   return notification.dedupKey ?? notification.externalId;
 }
 
+/**
+ * Why the notification cannot be stored, or null: its keys and platform event are text columns,
+ * which cannot hold U+0000 (the database refuses the row) nor keep an unpaired surrogate (two
+ * ids would become one). The payload is safe: JSON escapes both. A receiver refuses such a
+ * notification 400; a recovery counts it invalid.
+ */
+export function unstorableColumn(notification: VerifiedNotification): string | null {
+  const columns = [
+    ["id", notification.externalId],
+    ["id", dedupKeyOf(notification)],
+    ["type", notification.entry.platformEvent],
+  ];
+  for (const [what, value] of columns) {
+    if (value.includes("\u0000") || !value.isWellFormed()) {
+      return `the notification's ${what} holds a NUL or an unpaired surrogate`;
+    }
+  }
+  return null;
+}
+
 /** The receiver's 200 answer, plus the delivery created (null for a duplicate). */
 export interface Receipt {
   eventId: string;

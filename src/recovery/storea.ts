@@ -19,13 +19,13 @@ import {
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import { verifyStoreaNotification } from "../storea/notification.ts";
 import { storeaEvent } from "../events/store_events.ts";
+import { unstorableColumn } from "../events/ingest.ts";
 import {
   PageTokenRefused,
   type RecoveryStoring,
   type RecoveryTally,
   type RecoveryWindow,
   storeRecovered,
-  unstorableColumn,
   type WindowEnd,
 } from "./window.ts";
 

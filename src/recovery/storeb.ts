@@ -14,14 +14,13 @@ import type { StorebVerifier } from "../storeb/verify.ts";
 import { upstreamFailure } from "../storeb/lookup.ts";
 import { googleApiError, parseJsonBody } from "../storeb/upstream.ts";
 import { storebEvent, voidedPurchaseKey } from "../events/store_events.ts";
-import { sha256Hex } from "../events/ingest.ts";
+import { sha256Hex, unstorableColumn } from "../events/ingest.ts";
 import {
   PageTokenRefused,
   type RecoveryStoring,
   type RecoveryTally,
   type RecoveryWindow,
   storeRecovered,
-  unstorableColumn,
   type WindowEnd,
 } from "./window.ts";
 

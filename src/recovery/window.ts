@@ -196,14 +196,3 @@ export class PageTokenRefused extends RelayError {
     super("PAGE_TOKEN_REFUSED", message);
   }
 }
-
-/** The column values the database cannot hold (a receiver refuses them as 400). */
-export function unstorableColumn(notification: VerifiedNotification): string | null {
-  const columns = [["id", notification.externalId], ["type", notification.entry.platformEvent]];
-  for (const [what, value] of columns) {
-    if (value.includes("\u0000") || !value.isWellFormed()) {
-      return `the notification's ${what} holds a NUL or an unpaired surrogate`;
-    }
-  }
-  return null;
-}
