@@ -2,7 +2,7 @@
  * API key tokens: `service_<live|test>_<43 base64url characters>` (docs/integration.md,
  * "Authentication"), made from 32 random bytes and stored only as their SHA-256.
  */
-import { createHash } from "node:crypto";
+import { sha256Hex } from "../lib/sha256.ts";
 import { base64url } from "../crypto/secrets.ts";
 
 /** The environment label of a key; informational, both grant the same access. */
@@ -27,7 +27,7 @@ export function mintApiKey(env: KeyEnv): MintedKey {
 
 /** The stored form of a key. */
 export function hashApiKey(token: string): string {
-  return createHash("sha256").update(token).digest("hex");
+  return sha256Hex(token);
 }
 
 /** The token of an `Authorization: Bearer` header when it has the key shape, else null. */

@@ -18,6 +18,8 @@
  */
 import { join } from "node:path";
 import { classifyStorea, namedNotificationTypes } from "../events/catalog.ts";
+import { voidedPurchaseKey } from "../events/store_events.ts";
+import { decodeSegment } from "../storea/jws.ts";
 import { describeCredentials } from "../db/credentials.ts";
 import type { Database } from "../db/connect.ts";
 import { type AttemptRecord, findDelivery } from "../delivery/queue.ts";
@@ -328,13 +330,11 @@ async function lostAndRecovered(
 function lostNotificationId(choice: TriggerChoice, body: string): string {
   const parsed = JSON.parse(body);
   if (choice.store === "storea") {
-    const payload = parsed.signedPayload.split(".")[1];
-    const bytes = Uint8Array.fromBase64(payload, { alphabet: "base64url" });
-    return JSON.parse(new TextDecoder().decode(bytes)).notificationUUID;
+    return String(decodeSegment(parsed.signedPayload.split(".")[1], "payload").notificationUUID);
   }
   const data = Uint8Array.fromBase64(parsed.message.data);
   const notification = JSON.parse(new TextDecoder().decode(data));
-  return `voided:${notification.voidedPurchaseNotification.orderId}`;
+  return voidedPurchaseKey(notification.voidedPurchaseNotification.orderId);
 }
 
 /** The signer file of a running `deno task dev` on `dataDir`; SIMULATORS_NOT_RUNNING without. */

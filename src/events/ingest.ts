@@ -4,7 +4,7 @@
  * acknowledged notification is never lost. Deduplication is the database's:
  * `UNIQUE (tenant_id, source, external_id)`.
  */
-import { createHash } from "node:crypto";
+import { sha256Hex } from "../lib/sha256.ts";
 import type { Sql } from "../db/connect.ts";
 import { type EventRow, insertEvent } from "../delivery/enqueue.ts";
 import { newId } from "../lib/ids.ts";
@@ -135,11 +135,6 @@ export function prepareIngest(notification: VerifiedNotification): PreparedInges
     payload,
     subjectHash: subjectKey === null ? null : sha256Hex(subjectKey),
   };
-}
-
-/** SHA-256 of `text` in hex: how a store B purchase token is found among events. */
-export function sha256Hex(text: string): string {
-  return createHash("sha256").update(text).digest("hex");
 }
 
 /** The row `insertEvent` and `insertEvents` store for a prepared notification. */

@@ -14,7 +14,8 @@ import type { StorebVerifier } from "../storeb/verify.ts";
 import { upstreamFailure } from "../storeb/lookup.ts";
 import { googleApiError, parseJsonBody } from "../storeb/upstream.ts";
 import { storebEvent, voidedPurchaseKey } from "../events/store_events.ts";
-import { sha256Hex, unstorableColumn } from "../events/ingest.ts";
+import { unstorableColumn } from "../events/ingest.ts";
+import { sha256Hex } from "../lib/sha256.ts";
 import {
   PageTokenRefused,
   type RecoveryStoring,
