@@ -7,23 +7,24 @@
  * recovered, known, invalid, failedSendAttempts}`.
  * @module
  */
-import { ConfigError } from "../config.ts";
 import { ServiceError } from "../errors.ts";
 import type { Database } from "../db/connect.ts";
 import { loadCredentials, type TenantCredentials } from "../db/credentials.ts";
 import { ingestNotification } from "../events/ingest.ts";
 import { notifyDispatchers } from "../delivery/queue.ts";
-import { selectEs256Engine } from "../crypto/es256.ts";
 import {
   type NotificationSendAttempt,
   StoreaApiClient,
   type StoreaEnvironmentName,
 } from "../storea/api_client.ts";
 import { StoreaTokenSigner } from "../storea/api_token.ts";
-import { readRootCertificates, StoreaJwsVerifier } from "../storea/jws.ts";
 import { StorebVerifier } from "../storeb/verify.ts";
 import { readStoreaHistory } from "../recovery/storea.ts";
-import { readVoidedPurchases, type UnacknowledgedVoid } from "../recovery/storeb.ts";
+import {
+  readVoidedPurchases,
+  type UnacknowledgedVoid,
+  warnUnacknowledgedVoid,
+} from "../recovery/storeb.ts";
 import {
   addTally,
   DAY_MS,
@@ -46,6 +47,7 @@ import {
   UsageError,
 } from "./command.ts";
 import { formatValue, outputStyles, writeText } from "./output.ts";
+import { payloadVerifier } from "./storea_test_notification.ts";
 import { mustFindTenant } from "./inputs.ts";
 
 /** How often a window is read again from its start after the store refused its page token. */
@@ -117,6 +119,9 @@ export async function recoverNotifications(
     ingest: (notification) => ingestNotification(db.sql, notification),
     onEnqueued: () => enqueued = true,
   };
+  // One App Store client and verifier for every window: an `auto` tenant's two environments
+  // share the key import and the checked chains.
+  let storea: Promise<StoreaRecoveryDeps> | null = null;
   const lines: StoreLine[] = [];
   let failure: { store: RecoveryStore; tally: RecoveryTally; error: unknown } | null = null;
   for (const plan of plans) {
@@ -127,7 +132,8 @@ export async function recoverNotifications(
         try {
           const at = { ...window, tenantId };
           if (plan.store === "storea") {
-            await readStoreaWindow(context, credentials, { ...at, all }, ingest, part);
+            storea ??= storeaRecoveryDeps(context, ingest);
+            await readStoreaWindow(await storea, credentials, { ...at, all }, part);
           } else await readStorebWindow(context, db, credentials, at, ingest, part);
         } finally {
           addTally(tally, part);
@@ -225,17 +231,15 @@ interface CliWindow {
   endMs: number;
 }
 
-/** Reads a window of store A's history to its end: every notification with `all`. */
-async function readStoreaWindow(
+/** What reading store A's history needs: the App Store client and verifier, the ingest. */
+type StoreaRecoveryDeps = Parameters<typeof readStoreaHistory>[0];
+
+async function storeaRecoveryDeps(
   context: CliContext,
-  credentials: TenantCredentials,
-  window: CliWindow & { all: boolean },
   ingest: RecoveryIngest,
-  tally: RecoveryTally,
-): Promise<void> {
-  if (window.startMs >= window.endMs) return;
+): Promise<StoreaRecoveryDeps> {
   const config = context.config;
-  const recovery = {
+  return {
     ...ingest,
     client: new StoreaApiClient({
       productionUrl: config.storeaApiUrlProduction,
@@ -245,8 +249,18 @@ async function readStoreaWindow(
     jws: await payloadVerifier(config.storeaRootCerts, config.cryptoEngine),
     timeoutMs: config.upstreamTimeoutMs,
     log: context.log,
-    via: "cli" as const,
+    via: "cli",
   };
+}
+
+/** Reads a window of store A's history to its end: every notification with `all`. */
+async function readStoreaWindow(
+  recovery: StoreaRecoveryDeps,
+  credentials: TenantCredentials,
+  window: CliWindow & { all: boolean },
+  tally: RecoveryTally,
+): Promise<void> {
+  if (window.startMs >= window.endMs) return;
   const failed: NotificationSendAttempt[] = [];
   await toTheEnd((pageToken, afterPage) =>
     readStoreaHistory(
@@ -312,12 +326,7 @@ async function readStorebWindow(
     )
   );
   for (const voided of unacknowledged) {
-    context.log.warn("purchase_voided_unacknowledged", {
-      tenantId: window.tenantId,
-      orderId: voided.orderId,
-      eventId: voided.eventId,
-      voidedAt: voided.voidedAt,
-    });
+    warnUnacknowledgedVoid(context.log, window.tenantId, voided);
   }
 }
 
@@ -384,21 +393,4 @@ function timeOption(name: string, text: string): number {
     throw new UsageError(`--${name} must be an ISO-8601 time such as 2026-01-31T00:00:00Z`);
   }
   return ms;
-}
-
-/** The verifier of Apple's signatures, with the configured roots (or Apple's pinned one). */
-async function payloadVerifier(
-  rootPaths: string[],
-  engine: Parameters<typeof selectEs256Engine>[0],
-): Promise<StoreaJwsVerifier> {
-  let rootCertificates: Uint8Array[] = [];
-  if (rootPaths.length > 0) {
-    try {
-      rootCertificates = await readRootCertificates(rootPaths);
-    } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
-      throw new ConfigError("STOREA_ROOT_CERTS", `cannot be used: ${reason}`);
-    }
-  }
-  return new StoreaJwsVerifier({ rootCertificates, engine: await selectEs256Engine(engine) });
 }

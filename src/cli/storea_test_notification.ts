@@ -208,7 +208,7 @@ async function waitForAttempt(
  * (`STOREA_ROOT_CERTS`, `CRYPTO_ENGINE`), so that it verifies as the receiver does.
  * @throws {ConfigError} when `STOREA_ROOT_CERTS` cannot be read, as the service refuses to boot.
  */
-async function payloadVerifier(
+export async function payloadVerifier(
   rootPaths: string[],
   engine: Parameters<typeof selectEs256Engine>[0],
 ): Promise<StoreaJwsVerifier> {

@@ -36,7 +36,7 @@ import {
   saveProgress,
 } from "./checkpoints.ts";
 import { readStoreaHistory } from "./storea.ts";
-import { readVoidedPurchases, type UnacknowledgedVoid } from "./storeb.ts";
+import { readVoidedPurchases, type UnacknowledgedVoid, warnUnacknowledgedVoid } from "./storeb.ts";
 import {
   DAY_MS,
   earliestStartMs,
@@ -351,14 +351,7 @@ export class RecoveryJob {
       if (warned.has(voided.orderId)) continue;
       warned.add(voided.orderId);
       warnedOrders.push(voided.orderId);
-      log.warn("purchase_voided_unacknowledged", {
-        tenantId,
-        orderId: voided.orderId,
-        eventId: voided.eventId,
-        voidedAt: voided.voidedAt,
-        hint: "Google refunded this purchase because it was not acknowledged within 3 days: " +
-          "the tenant's backend must acknowledge purchases (POST /v1/storeb/acknowledge)",
-      });
+      warnUnacknowledgedVoid(log, tenantId, voided);
     }
     return { sendFailuresUntil, warnedOrders };
   }

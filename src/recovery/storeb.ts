@@ -8,6 +8,7 @@
  * second, are one event.
  */
 import type { Sql } from "../db/connect.ts";
+import type { Logger } from "../observability/log.ts";
 import type { StorebCredentials } from "../storeb/credentials.ts";
 import { objectOrEmpty, objectOrNull } from "../lib/json.ts";
 import type { StorebVerifier } from "../storeb/verify.ts";
@@ -51,6 +52,22 @@ export interface UnacknowledgedVoid {
   orderId: string;
   eventId: string;
   voidedAt: string | null;
+}
+
+/** Says, once per order, that Google refunded a purchase nobody acknowledged. */
+export function warnUnacknowledgedVoid(
+  log: Logger,
+  tenantId: string,
+  voided: UnacknowledgedVoid,
+): void {
+  log.warn("purchase_voided_unacknowledged", {
+    tenantId,
+    orderId: voided.orderId,
+    eventId: voided.eventId,
+    voidedAt: voided.voidedAt,
+    hint: "Google refunded this purchase because it was not acknowledged within 3 days: " +
+      "the tenant's backend must acknowledge purchases (POST /v1/storeb/acknowledge)",
+  });
 }
 
 /**
