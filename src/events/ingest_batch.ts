@@ -96,7 +96,7 @@ export class IngestBatcher {
 
   /** Stores `notification` with its delivery, resolving after the commit. */
   ingest(notification: VerifiedNotification): Promise<Receipt> {
-    const key = keyOf({ ...notification, dedupKey: dedupKeyOf(notification) });
+    const key = keyOf(notification.tenantId, notification.source, dedupKeyOf(notification));
     return new Promise<Receipt>((resolve, reject) => {
       const first = this.#byKey.get(key);
       if (first !== undefined) {
@@ -273,12 +273,7 @@ export class IngestBatcher {
          AND e.external_id = k.external_id`;
       const idOf = new Map<string, string>();
       for (const row of found) {
-        const key = keyOf({
-          tenantId: row.tenant_id,
-          source: row.source,
-          dedupKey: row.external_id,
-        });
-        idOf.set(key, row.id);
+        idOf.set(keyOf(row.tenant_id, row.source, row.external_id), row.id);
       }
       const unresolved: Pending[] = [];
       for (const pending of duplicates) {
@@ -296,6 +291,6 @@ export class IngestBatcher {
   }
 }
 
-function keyOf(n: { tenantId: string; source: string; dedupKey: string }): string {
-  return JSON.stringify([n.tenantId, n.source, n.dedupKey]);
+function keyOf(tenantId: string, source: string, dedupKey: string): string {
+  return JSON.stringify([tenantId, source, dedupKey]);
 }
