@@ -173,6 +173,8 @@ export class RecoveryJob {
       maxPages: this.#options.maxPagesPerRun ?? MAX_PAGES_PER_RUN,
       signal: this.#stop.signal,
       afterPage: async (pageToken: string | null) => {
+        // The window's end: finishRun below records it with the rest, in one statement.
+        if (pageToken === null) return;
         const held = await saveProgress(
           sql,
           checkpoint,
