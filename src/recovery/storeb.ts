@@ -108,10 +108,11 @@ export async function readVoidedPurchases(
       });
     }
     tally.pages++;
+    const productTypes = await productTypesOf(context.sql, window.tenantId, listed);
     for (const resource of listed) {
       window.signal.throwIfAborted();
       tally.checked++;
-      await recoverOne(context, window, resource, tally, unacknowledged);
+      await recoverOne(context, window, resource, productTypes, tally, unacknowledged);
     }
     const next = objectOrEmpty(body.tokenPagination).nextPageToken;
     token = typeof next === "string" && next !== "" ? next : null;
@@ -126,6 +127,7 @@ async function recoverOne(
   context: StorebRecoveryContext,
   window: StorebWindow,
   resource: unknown,
+  productTypes: Map<string, 1 | 2>,
   tally: RecoveryTally,
   unacknowledged: UnacknowledgedVoid[],
 ): Promise<void> {
@@ -159,7 +161,7 @@ async function recoverOne(
     voidedPurchaseNotification: {
       purchaseToken,
       orderId,
-      productType: await productTypeOf(context.sql, tenantId, purchaseToken),
+      productType: productTypes.get(purchaseToken) ?? null,
       refundType: voided.voidedQuantity === undefined ? 1 : 2,
     },
   };
@@ -177,22 +179,35 @@ async function recoverOne(
 }
 
 /**
- * Google's `productType` of the token's purchase (1 subscription, 2 one-time product) as the
- * tenant's earlier events of that token say, or null: the voided purchase does not say.
+ * Google's `productType` (1 subscription, 2 one-time product) of each listed purchase token whose
+ * latest earlier event of the tenant says it, in one statement per page: the voided purchase
+ * does not say. A token without such an event is not in the map.
  */
-export async function productTypeOf(
+export async function productTypesOf(
   sql: Sql,
   tenantId: string,
-  purchaseToken: string,
-): Promise<1 | 2 | null> {
-  const [row] = await sql`
-    SELECT platform_event FROM events
-    WHERE tenant_id = ${tenantId} AND subject_hash = ${sha256Hex(purchaseToken)}
-      AND source = 'storeb'
-    ORDER BY received_at DESC
-    LIMIT 1`;
-  const platformEvent = String(row?.platform_event ?? "");
-  if (platformEvent.startsWith("storeb.subscription.")) return 1;
-  if (platformEvent.startsWith("storeb.one_time_product.")) return 2;
-  return null;
+  listed: unknown[],
+): Promise<Map<string, 1 | 2>> {
+  const tokens = new Map<string, string>();
+  for (const resource of listed) {
+    const token = objectOrNull(resource)?.purchaseToken;
+    if (typeof token === "string" && token !== "") tokens.set(sha256Hex(token), token);
+  }
+  const types = new Map<string, 1 | 2>();
+  if (tokens.size === 0) return types;
+  const rows = await sql`
+    SELECT DISTINCT ON (subject_hash) subject_hash, platform_event FROM events
+    WHERE tenant_id = ${tenantId} AND source = 'storeb'
+      AND subject_hash = ANY(${[...tokens.keys()]}::text[])
+    ORDER BY subject_hash, received_at DESC`;
+  for (const row of rows) {
+    const platformEvent = String(row.platform_event);
+    const type = platformEvent.startsWith("storeb.subscription.")
+      ? 1
+      : platformEvent.startsWith("storeb.one_time_product.")
+      ? 2
+      : null;
+    if (type !== null) types.set(tokens.get(String(row.subject_hash))!, type);
+  }
+  return types;
 }
