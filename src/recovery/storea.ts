@@ -18,6 +18,7 @@ import {
 } from "../storea/api_client.ts";
 import type { StoreaJwsVerifier } from "../storea/jws.ts";
 import { verifyStoreaNotification } from "../storea/notification.ts";
+import { keyRefused } from "../storea/lookup.ts";
 import { storeaEvent } from "../events/store_events.ts";
 import { unstorableColumn } from "../events/ingest.ts";
 import {
@@ -95,12 +96,7 @@ export async function readStoreaHistory(
       if (window.environment === "production" && window.credentials.environment === "auto") {
         return { nextPageToken: null, notReleased: true };
       }
-      throw new ServiceError(
-        "APPLE_API_ERROR",
-        `the App Store refused the tenant's API key in ${window.environment} (401); check its ` +
-          "key id, issuer id, bundle id and private key",
-        { details: { status: 401, upstreamCode: null } },
-      );
+      throw keyRefused(window.environment);
     }
     if (answer.kind === "refused") {
       if (token !== null && PAGINATION_TOKEN_REFUSALS.has(answer.upstreamCode ?? 0)) {

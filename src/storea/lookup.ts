@@ -53,12 +53,7 @@ export async function askEnvironments(
       const isLast = index === environments.length - 1;
       if (answer.kind === "unauthorized") {
         if (!isLast && environment === "production") continue;
-        throw new ServiceError(
-          "APPLE_API_ERROR",
-          `the App Store refused the tenant's API key in ${environment} (401); check its ` +
-            "key id, issuer id, bundle id and private key",
-          { details: { status: 401, upstreamCode: null } },
-        );
+        throw keyRefused(environment);
       }
       if (answer.kind === "not_found") continue;
       return { found: true, environment, answer };
@@ -106,6 +101,16 @@ export function refusedByApple(
       answer.errorMessage === null ? "" : `: ${answer.errorMessage}`
     }`,
     { details: { upstreamCode: answer.upstreamCode }, upstreamStatus: 400 },
+  );
+}
+
+/** The App Store's 401 for the tenant's API key in `environment`: 502 `APPLE_API_ERROR`. */
+export function keyRefused(environment: StoreaEnvironmentName): ServiceError {
+  return new ServiceError(
+    "APPLE_API_ERROR",
+    `the App Store refused the tenant's API key in ${environment} (401); check its key id, ` +
+      "issuer id, bundle id and private key",
+    { details: { status: 401, upstreamCode: null } },
   );
 }
 

@@ -9,7 +9,7 @@ import { timeoutSignal } from "../lib/abort.ts";
 import { isJsonObject } from "../lib/json.ts";
 import type { StoreaCredentials } from "./credentials.ts";
 import type { StoreaAnswer, StoreaApiClient, StoreaEnvironmentName } from "./api_client.ts";
-import { malformedAnswer } from "./lookup.ts";
+import { keyRefused, malformedAnswer } from "./lookup.ts";
 
 /** One attempt of the App Store to post the notification. */
 export interface SendAttempt {
@@ -105,12 +105,7 @@ function ok(
 ): Record<string, unknown> | null {
   if (answer.kind === "ok") return answer.body;
   if (answer.kind === "unauthorized") {
-    throw new ServiceError(
-      "APPLE_API_ERROR",
-      `the App Store refused the tenant's API key in ${environment} (401); check its key id, ` +
-        "issuer id, bundle id and private key",
-      { details: { status: 401, upstreamCode: null } },
-    );
+    throw keyRefused(environment);
   }
   throw new ServiceError("APPLE_API_ERROR", "the App Store refused the request (400)", {
     details: {
